@@ -1,0 +1,141 @@
+"""Model adapters: the only place the decoding loop touches a model.
+
+The loop sees one small protocol (`ModelAdapter`): begin a sequence, feed new tokens and get
+logits back, roll the cache back to n tokens. Invariant kept by the loop: a model's cache
+holds the committed tokens minus the newest one (llama.cpp's "the last token is kept
+separate, the cache holds the rest"); the draft may lag further behind and catches up by
+being fed every token it has not seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from dynaspec.errors import NumericalError, UnsupportedModelError
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    """What the decoding loop needs from a model."""
+
+    vocab_size: int  # rows of the output distribution
+    max_length: int | None  # longest token sequence the model accepts (None: unknown)
+    is_encoder_decoder: bool
+    num_cached: int  # tokens currently in the cache
+
+    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Start a sequence from a (1, T) prompt; return the first committed tokens (n,)."""
+        ...
+
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Append (n,) tokens to the cache; return logits (num_logits, V) of the last ones."""
+        ...
+
+    def crop(self, num_tokens: int) -> None:
+        """Roll the cache back so it holds its first `num_tokens` tokens."""
+        ...
+
+
+def _config_int(config: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+class HFAdapter:
+    """Adapter for a transformers PreTrainedModel, decoder-only or encoder-decoder.
+
+    Uses the model's own dynamic cache and crops it on rollback. Works with the `cache=`
+    keyword of recent transformers 5.x releases and the older `past_key_values=`.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        config = model.config
+        self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.vocab_size = _config_int(text_config, "vocab_size") or 0
+        self.max_length = _config_int(
+            text_config, "max_position_embeddings", "n_positions", "max_sequence_length"
+        )
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._supports_logits_to_keep = "logits_to_keep" in params
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.num_cached = 0
+        self._encoder_kwargs: dict[str, Any] = {}
+
+    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+        self.cache = None
+        self.num_cached = 0
+        input_ids = input_ids.to(self.device)
+        if not self.is_encoder_decoder:
+            return input_ids[0]
+        encoder = self.model.get_encoder()
+        self._encoder_kwargs = {"encoder_outputs": encoder(input_ids=input_ids)}
+        start = self.model.generation_config.decoder_start_token_id
+        if start is None:
+            start = self.model.config.decoder_start_token_id
+        if start is None:
+            raise UnsupportedModelError(
+                "the encoder-decoder model has no decoder_start_token_id; set "
+                "model.generation_config.decoder_start_token_id"
+            )
+        return torch.tensor([int(start)], dtype=torch.long, device=self.device)
+
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}
+        if self._supports_logits_to_keep:
+            kwargs["logits_to_keep"] = num_logits
+        ids_key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
+        kwargs[ids_key] = new_tokens.view(1, -1)  # (1, n)
+        out = self.model(**kwargs, **self._encoder_kwargs)
+        cache = getattr(out, "cache", None)
+        self.cache = cache if cache is not None else out.past_key_values
+        if self.num_cached == 0 and not hasattr(self.cache, "crop"):
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} returned a {type(self.cache).__name__} cache "
+                "that cannot be rolled back (no crop()); speculative decoding needs a "
+                "dynamic KV cache (transformers' DynamicCache or EncoderDecoderCache)"
+            )
+        self.num_cached += new_tokens.numel()
+        logits = out.logits[0, -num_logits:]  # (num_logits, V)
+        if not bool(torch.isfinite(logits).all()):
+            raise NumericalError(
+                f"{type(self.model).__name__} produced NaN/inf logits; check the weights and "
+                "the dtype (float16 on CPU overflows: use bfloat16 or float32)"
+            )
+        return logits
+
+    def crop(self, num_tokens: int) -> None:
+        to_remove = self.num_cached - num_tokens
+        if to_remove <= 0:
+            return
+        try:
+            # A negative argument means "remove that many" in every transformers 5.x release.
+            self.cache.crop(-to_remove)
+        except (RuntimeError, ValueError) as err:
+            raise UnsupportedModelError(
+                f"could not roll back the {type(self.cache).__name__} of "
+                f"{type(self.model).__name__} by {to_remove} tokens ({err}); models with "
+                "sliding-window or recurrent caches past their window cannot be used yet"
+            ) from err
+        self.num_cached = num_tokens
+
+
+def as_adapter(model: Any) -> ModelAdapter:
+    """Wrap a transformers model; pass through anything that already is an adapter."""
+    if isinstance(model, ModelAdapter):
+        return model
+    if hasattr(model, "config") and callable(model):
+        return HFAdapter(model)
+    raise UnsupportedModelError(
+        f"cannot decode with a {type(model).__name__}: pass a transformers PreTrainedModel "
+        "or an object implementing dynaspec.models.ModelAdapter"
+    )

@@ -1,0 +1,97 @@
+"""Per-round records and the generation summary. Every formula lives here, once."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One speculative round (or one plain target step when nothing was drafted)."""
+
+    num_drafted: int  # tokens the draft proposed
+    num_accepted: int  # drafted tokens the target accepted (a prefix of the draft)
+    num_emitted: int  # tokens committed: accepted + the target's own, cut at EOS/length
+    stop_reason: str  # why drafting stopped: confidence | max | length | none | <policy's>
+    draft_forwards: int  # draft forward calls (one per drafted token; catch-up included)
+    draft_time_s: float  # wall time inside draft forwards
+    target_time_s: float  # wall time inside the target's forward
+    other_time_s: float  # the rest of the round: sampling, verification, bookkeeping
+    confidences: tuple[float, ...] = ()  # draft probability of each drafted token
+
+    @property
+    def time_s(self) -> float:
+        return self.draft_time_s + self.target_time_s + self.other_time_s
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Totals over a generation; see GenerationStats.summary() for the formulas."""
+
+    new_tokens: int
+    rounds: int
+    mean_accepted_per_round: float
+    acceptance_rate: float
+    draft_forwards: int
+    target_forwards: int
+    wall_time_s: float
+    tokens_per_s: float
+    draft_time_s: float
+    target_time_s: float
+    other_time_s: float
+    overhead_per_round_s: float
+
+    def line(self) -> str:
+        """One human-readable stats line."""
+        return (
+            f"{self.new_tokens} tokens in {self.wall_time_s:.2f}s ({self.tokens_per_s:.1f} tok/s)"
+            f" | {self.rounds} rounds, {self.mean_accepted_per_round:.2f} accepted/round,"
+            f" acceptance {self.acceptance_rate:.0%}"
+            f" | forwards: target {self.target_forwards}, draft {self.draft_forwards}"
+            f" | time: target {self.target_time_s:.2f}s, draft {self.draft_time_s:.2f}s,"
+            f" other {self.other_time_s:.3f}s"
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GenerationStats:
+    """Records of every round of one generate() call."""
+
+    prompt_tokens: int = 0
+    rounds: list[RoundRecord] = field(default_factory=list)
+    wall_time_s: float = 0.0  # the whole call, from validation to the last token
+
+    def summary(self) -> Summary:
+        """Aggregates, with these definitions:
+
+        new_tokens = sum of num_emitted
+        mean_accepted_per_round = sum(num_accepted) / rounds  (drafted tokens kept per round;
+            the target adds one token of its own each round)
+        acceptance_rate = sum(num_accepted) / sum(num_drafted)  (0 when nothing was drafted)
+        target_forwards = rounds  (exactly one target forward per round)
+        tokens_per_s = new_tokens / wall_time_s
+        overhead_per_round_s = median over rounds of other_time_s (time outside forwards)
+        """
+        rounds = len(self.rounds)
+        drafted = sum(r.num_drafted for r in self.rounds)
+        accepted = sum(r.num_accepted for r in self.rounds)
+        new_tokens = sum(r.num_emitted for r in self.rounds)
+        other = [r.other_time_s for r in self.rounds]
+        return Summary(
+            new_tokens=new_tokens,
+            rounds=rounds,
+            mean_accepted_per_round=accepted / rounds if rounds else 0.0,
+            acceptance_rate=accepted / drafted if drafted else 0.0,
+            draft_forwards=sum(r.draft_forwards for r in self.rounds),
+            target_forwards=rounds,
+            wall_time_s=self.wall_time_s,
+            tokens_per_s=new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0,
+            draft_time_s=sum(r.draft_time_s for r in self.rounds),
+            target_time_s=sum(r.target_time_s for r in self.rounds),
+            other_time_s=sum(other),
+            overhead_per_round_s=statistics.median(other) if other else 0.0,
+        )

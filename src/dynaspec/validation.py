@@ -1,0 +1,89 @@
+"""Checks that turn bad input into a typed error before any model runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from dynaspec.errors import IncompatibleModelsError, InputError
+from dynaspec.models import ModelAdapter
+
+
+def check_prompt(input_ids: Any) -> torch.Tensor:
+    """Returns the prompt as a (1, T) LongTensor, or raises InputError."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise InputError(
+            "input_ids must be a torch.LongTensor of shape (1, T), got "
+            f"{type(input_ids).__name__}; use tokenizer(text, return_tensors='pt').input_ids"
+        )
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2:
+        raise InputError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] != 1:
+        raise InputError(
+            f"batch size {input_ids.shape[0]} is not supported yet: dynaspec decodes one "
+            "sequence at a time; call generate() once per prompt"
+        )
+    if input_ids.shape[1] == 0:
+        raise InputError("the prompt is empty: give at least one token (e.g. the BOS token)")
+    if input_ids.dtype not in (torch.long, torch.int):
+        raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    return input_ids.long()
+
+
+def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
+    """Raises IncompatibleModelsError when the draft cannot propose tokens for the target."""
+    if draft is None:
+        return
+    if target.is_encoder_decoder != draft.is_encoder_decoder:
+        kinds = {True: "encoder-decoder", False: "decoder-only"}
+        raise IncompatibleModelsError(
+            f"the target is {kinds[target.is_encoder_decoder]} but the draft is "
+            f"{kinds[draft.is_encoder_decoder]}: pair models of the same kind"
+        )
+    if target.vocab_size != draft.vocab_size:
+        raise IncompatibleModelsError(
+            f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}: "
+            "the draft must share the target's tokenizer (universal assisted decoding across "
+            "tokenizers is not supported yet); pick a draft from the same model family"
+        )
+
+
+def check_lengths(
+    adapters: Iterable[ModelAdapter], prompt_tokens: int, max_new_tokens: int
+) -> None:
+    """Raises InputError when prompt + max_new_tokens exceeds a decoder-only model's context."""
+    for adapter in adapters:
+        if adapter.is_encoder_decoder or adapter.max_length is None:
+            continue
+        if prompt_tokens + max_new_tokens > adapter.max_length:
+            raise InputError(
+                f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                f"the model's context of {adapter.max_length} tokens: shorten the prompt or "
+                f"lower max_new_tokens to {max(adapter.max_length - prompt_tokens, 0)}"
+            )
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Raises InputError when a prompt token id is outside the vocabulary."""
+    if vocab_size and (int(input_ids.max()) >= vocab_size or int(input_ids.min()) < 0):
+        raise InputError(
+            f"prompt token ids must lie in [0, {vocab_size}); got ids from "
+            f"{int(input_ids.min())} to {int(input_ids.max())}: was it tokenized with "
+            "another model's tokenizer?"
+        )
+
+
+def eos_ids(eos_token_id: int | list[int] | None, model: Any) -> tuple[int, ...]:
+    """EOS ids from the argument, else from the target's generation config, else none."""
+    if eos_token_id is None:
+        generation_config = getattr(model, "generation_config", None)
+        eos_token_id = getattr(generation_config, "eos_token_id", None)
+    if eos_token_id is None:
+        return ()
+    if isinstance(eos_token_id, int):
+        return (eos_token_id,)
+    return tuple(int(t) for t in eos_token_id)
