@@ -55,8 +55,10 @@ def speculative_round(
     draft_probs: list[torch.Tensor] = []
     confidences: list[float] = []
     draft_time = 0.0
+    catchup = 0
     if lookahead:
         pending = tokens[draft.num_cached :]  # tokens the draft has not seen: >= the newest
+        catchup = pending.numel()
         for index in range(lookahead):
             start = perf_counter()
             logits = draft.forward(pending, 1)[0]  # (V,)
@@ -94,6 +96,7 @@ def speculative_round(
         target_time_s=target_time,
         num_verified=verify_input.numel(),
         draft_forwards=len(drafted),
+        draft_catchup=catchup,
     )
     new_tokens = torch.cat([draft_tokens[:num_accepted], next_token.view(1)])
     return _Round(new_tokens, result, stop_reason)

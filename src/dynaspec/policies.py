@@ -45,6 +45,7 @@ class RoundResult:
     target_time_s: float  # wall time of the target's verification forward
     num_verified: int  # tokens in the target's verification forward (num_drafted + 1 usually)
     draft_forwards: int  # draft forward calls this round
+    draft_catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
 
 
 @runtime_checkable

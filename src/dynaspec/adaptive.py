@@ -1,0 +1,246 @@
+"""Cost-aware adaptive lookahead: draft one more token only while it is expected to pay.
+
+The rule (derivation)
+---------------------
+Measure time in target steps: T1 = the target's time to verify one token (a plain decoding
+step). Let c = the draft's time per token / T1 and V(n) = the target's time to verify n
+tokens / T1 (V(1) = 1; on a CPU in bf16 V is nearly flat for small n). A round that drafts
+k tokens costs t(k) = k * c + V(k + 1) and yields E(k) = 1 + sum_{i<=k} P_i tokens, where
+P_i = a_1 * ... * a_i is the probability that the first i drafted tokens are all accepted
+and a_j the acceptance probability of drafted token j.
+
+Decoding is a renewal process: its long-run rate is (sum of tokens) / (sum of time). By the
+renewal-reward argument (Dinkelbach), a round maximises the long-run rate rho* when it
+maximises E(k) - rho* t(k). Adding token k + 1 therefore pays exactly when
+
+    P_k * a_{k+1}  >  rho * (c + V(k + 2) - V(k + 1))
+
+expected gain (tokens) > rate x marginal cost (target steps). rho is the rate already
+achieved (tokens per target step), never taken below 1: decoding with the target alone
+achieves 1, so a draft token must at least beat that. With rho = 1 this is the plain
+"gain outweighs cost" rule; with a good draft rho > 1 and the rule is stricter, since
+time spent on a doubtful token is taken from rounds that pay better.
+
+Before a round (k = 0) the same test decides whether to draft at all: if even the first
+token is not expected to pay (a_1 < rho * (c + V(2) - V(1))), the round is a plain target
+step and the user is never slower than with the target alone (up to the policy's own,
+negligible bookkeeping and a rare probe round that keeps the estimates fresh).
+
+Estimates (all online, held in this object, robust to a noisy machine)
+----------------------------------------------------------------------
+- a_j: the draft's confidence (its probability of the token it proposed) mapped through a
+  calibration learned from finished rounds: acceptance counts per confidence bin with a
+  prior that the draft is calibrated, made monotone by pool-adjacent-violators. The next
+  token's acceptance is predicted from the confidence of the token just drafted.
+- c and V(n): medians over a window of recent rounds (a median ignores the occasional
+  slow step); V(n) is a least-squares line through the per-n medians with a slope >= 0.
+  Rounds whose forwards include a catch-up (the prompt, or tokens skipped while not
+  drafting) are not used for the per-token costs.
+- Priors until measured: c = 0.25, V(n) = 1 + 0.05 (n - 1), calibration = identity.
+
+Assumptions: acceptances within a round are independent given the confidences; the cost of
+a draft token does not depend on its position; bookkeeping time is small against a forward.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from dynaspec.policies import DraftStep, RoundResult
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Priors and knobs of AdaptivePolicy; the defaults suit any hardware."""
+
+    max_tokens: int = 20  # upper bound on tokens drafted per round (num_assistant_tokens)
+    prior_draft_cost: float = 0.25  # draft time per token / target step, until measured
+    prior_verify_slope: float = 0.05  # extra target-step cost per verified token, until measured
+    calibration_bins: int = 10  # confidence bins on [0, 1]
+    prior_weight: float = 2.0  # pseudo-observations per bin behind the calibrated prior
+    window: int = 32  # rounds kept for the median cost estimates
+    rate_decay: float = 0.9  # weight of the past in the running rate (tokens per step)
+    probe_interval: int = 8  # rounds without drafting before a probe round drafts anyway
+    max_probe_interval: int = 128  # probes back off (doubling) up to this interval
+
+
+class AdaptivePolicy:
+    """Drafts while the expected gain of one more token beats its cost (module docstring)."""
+
+    name = "adaptive"
+    stop_reason = "cost"
+
+    def __init__(self, max_tokens: int = 20, config: AdaptiveConfig | None = None) -> None:
+        self.config = config or AdaptiveConfig(max_tokens=max_tokens)
+        self.reset()
+
+    # ---- protocol ---------------------------------------------------------------------
+    def reset(self) -> None:
+        cfg = self.config
+        bins = cfg.calibration_bins
+        self.bin_accepted = [0.0] * bins  # observed accepted tokens per confidence bin
+        self.bin_total = [0.0] * bins  # observed tokens with a known outcome per bin
+        self.draft_costs: deque[float] = deque(maxlen=cfg.window)  # seconds per draft token
+        self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
+        self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
+        self.rounds_without_draft = 0
+        self.probe_interval = cfg.probe_interval
+        self.first_accepted = 0.0  # first drafted tokens accepted
+        self.first_total = 0.0  # first drafted tokens with a known outcome
+        self._calibration: list[float] | None = None  # cached fit, None when stale
+        self._line: tuple[float, float] | None = None  # cached V(n) fit, None when stale
+        self._prefix = 1.0  # P_k of the round in progress
+
+    def max_lookahead(self) -> int:
+        self._prefix = 1.0
+        if self.first_token_acceptance() > self.threshold(0):
+            return self.config.max_tokens
+        if self.rounds_without_draft >= self.probe_interval:
+            return 1  # a probe keeps the estimates fresh; back-off is applied in update()
+        return 0
+
+    def should_stop(self, step: DraftStep) -> bool:
+        accept = self.acceptance(step.confidence)
+        self._prefix *= accept
+        # Gain of drafting token index+2 predicted from the confidence of the token just drafted.
+        return self._prefix * accept <= self.threshold(step.index + 1)
+
+    def update(self, result: RoundResult) -> None:
+        self._learn_calibration(result)
+        self._learn_costs(result)
+        self._learn_rate(result)
+        if result.num_drafted == 0:
+            self.rounds_without_draft += 1
+            return
+        probed = self.rounds_without_draft >= self.probe_interval
+        self.rounds_without_draft = 0
+        if probed and result.num_accepted == 0:
+            self.probe_interval = min(self.probe_interval * 2, self.config.max_probe_interval)
+        elif result.num_accepted:
+            self.probe_interval = self.config.probe_interval
+
+    # ---- the decision -------------------------------------------------------------------
+    def threshold(self, num_drafted: int) -> float:
+        """rho * marginal cost (target steps) of drafting token num_drafted + 1."""
+        marginal = self.draft_cost() + self.verify_cost(num_drafted + 2)
+        marginal -= self.verify_cost(num_drafted + 1)
+        return max(self.rate, 1.0) * marginal
+
+    def first_token_acceptance(self) -> float:
+        """a_1 before the round: observed first-token acceptance behind an optimistic prior
+        (so that a fresh policy tries drafting, and learns)."""
+        prior, weight = 0.8, self.config.prior_weight
+        return (self.first_accepted + prior * weight) / (self.first_total + weight)
+
+    # ---- estimates ----------------------------------------------------------------------
+    def acceptance(self, confidence: float) -> float:
+        """Calibrated probability that a drafted token with this confidence is accepted."""
+        if self._calibration is None:
+            self._calibration = self._fit_calibration()
+        bins = self.config.calibration_bins
+        index = min(int(confidence * bins), bins - 1)
+        return self._calibration[index]
+
+    def draft_cost(self) -> float:
+        """Draft time per token in target steps."""
+        if not self.draft_costs or not self.verify_times:
+            return self.config.prior_draft_cost
+        return statistics.median(self.draft_costs) / self._step_time()
+
+    def verify_cost(self, num_tokens: int) -> float:
+        """Target time to verify num_tokens tokens, in target steps (V(1) = 1)."""
+        intercept, slope = self._verify_line()
+        return 1.0 + slope * (num_tokens - 1) / intercept
+
+    # ---- learning -----------------------------------------------------------------------
+    def _learn_calibration(self, result: RoundResult) -> None:
+        bins = self.config.calibration_bins
+        # Tokens up to and including the first rejection have a known outcome.
+        known = min(result.num_drafted, result.num_accepted + 1)
+        if known:
+            self.first_total += 1
+            self.first_accepted += result.num_accepted > 0
+        for index in range(known):
+            b = min(int(result.confidences[index] * bins), bins - 1)
+            self.bin_total[b] += 1
+            self.bin_accepted[b] += index < result.num_accepted
+        self._calibration = None
+
+    def _learn_costs(self, result: RoundResult) -> None:
+        if result.num_verified == result.num_drafted + 1:  # no catch-up (prompt) inside
+            times = self.verify_times.setdefault(
+                result.num_verified, deque(maxlen=self.config.window)
+            )
+            times.append(result.target_time_s)
+            self._line = None
+        if result.draft_forwards and result.draft_catchup <= 2:
+            self.draft_costs.append(result.draft_time_s / result.draft_forwards)
+
+    def _learn_rate(self, result: RoundResult) -> None:
+        if result.num_verified != result.num_drafted + 1:
+            return
+        steps = (result.draft_time_s + result.target_time_s) / self._step_time()
+        if steps <= 0:
+            return
+        decay = self.config.rate_decay
+        round_rate = (result.num_accepted + 1) / steps
+        self.rate = decay * self.rate + (1 - decay) * round_rate
+
+    def _fit_calibration(self) -> list[float]:
+        """Per-bin acceptance with a calibrated prior, made non-decreasing (PAV)."""
+        cfg = self.config
+        bins = cfg.calibration_bins
+        means, weights = [], []
+        for b in range(bins):
+            prior = (b + 0.5) / bins
+            total = self.bin_total[b] + cfg.prior_weight
+            means.append((self.bin_accepted[b] + cfg.prior_weight * prior) / total)
+            weights.append(total)
+        return pool_adjacent_violators(means, weights)
+
+    def _verify_line(self) -> tuple[float, float]:
+        """(V(1) seconds, slope seconds/token), cached until the next measurement."""
+        if self._line is None:
+            self._line = self._fit_verify_line()
+        return self._line
+
+    def _fit_verify_line(self) -> tuple[float, float]:
+        """Weighted least squares over the per-n median verification times."""
+        points = [(n, statistics.median(t), len(t)) for n, t in self.verify_times.items() if t]
+        if not points:
+            return 1.0, self.config.prior_verify_slope
+        if len(points) == 1:
+            n, median, _ = points[0]
+            intercept = median / (1 + self.config.prior_verify_slope * (n - 1))
+            return intercept, self.config.prior_verify_slope * intercept
+        total = sum(w for _, _, w in points)
+        mean_n = sum(n * w for n, _, w in points) / total
+        mean_t = sum(t * w for _, t, w in points) / total
+        var = sum(w * (n - mean_n) ** 2 for n, _, w in points)
+        cov = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points)
+        slope = max(cov / var, 0.0)
+        intercept = mean_t - slope * (mean_n - 1)
+        if intercept <= 0:  # degenerate noise: fall back to the single-token median
+            intercept = mean_t
+        return intercept, slope
+
+    def _step_time(self) -> float:
+        """Seconds of one target step (V(1)); 1.0 before anything is measured."""
+        return self._verify_line()[0]
+
+
+def pool_adjacent_violators(values: list[float], weights: list[float]) -> list[float]:
+    """Weighted isotonic (non-decreasing) regression of `values`."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean2, w2, c2 = blocks.pop()
+            mean1, w1, c1 = blocks.pop()
+            blocks.append([(mean1 * w1 + mean2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    fitted: list[float] = []
+    for mean, _, count in blocks:
+        fitted.extend([mean] * int(count))
+    return fitted
