@@ -1,0 +1,194 @@
+"""Command line: `dynaspec generate | models | bench | oracle`.
+
+The CLI only parses arguments and builds configuration; the work lives in the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dynaspec.config import SCHEDULES
+from dynaspec.errors import DynaspecError
+
+DEFAULT_PAIR = "qwen2.5-coder"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pair / --target / --draft / --dtype / --threads, shared by every subcommand."""
+    parser.add_argument(
+        "--pair",
+        default=DEFAULT_PAIR,
+        help=f"preset pair (default {DEFAULT_PAIR}; 'tiny' = built-in random models, no download)",
+    )
+    parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
+    parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
+    parser.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=("bfloat16", "float32", "float16"),
+        help="weights dtype (default bfloat16: fastest on CPU)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: all cores)"
+    )
+
+
+def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(target, draft, tokenizer) from --pair or --target/--draft."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.target is None and args.pair == "tiny":
+        from dynaspec.tiny import tiny_pair
+
+        return tiny_pair()
+    from dynaspec.loading import load_model, load_pair
+
+    if args.target is None:
+        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
+        return pair.target, pair.draft, pair.tokenizer
+    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
+    draft = None
+    if args.draft is not None:
+        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
+    return target, draft, tokenizer
+
+
+def _add_generate(subparsers: Any) -> None:
+    p = subparsers.add_parser("generate", help="generate text with speculative decoding")
+    p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
+    p.add_argument("--prompt", help="the prompt")
+    add_model_arguments(p)
+    p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
+    p.add_argument("--num-assistant-tokens", type=int, default=20)
+    p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        action="store_true",
+        help="apply the chat template (default when the tokenizer has one)",
+    )
+    chat.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also decode with the target alone and print the speedup and whether the "
+        "outputs are identical",
+    )
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from transformers import TextStreamer
+
+    from dynaspec.data import render_prompt, should_use_chat
+    from dynaspec.decoding import generate
+
+    text = args.prompt if args.prompt is not None else args.text
+    if text is None:
+        print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
+        return 2
+    target, draft, tokenizer = load_models(args)
+    if args.no_draft:
+        draft = None
+    chat = not args.raw and (args.chat or should_use_chat(tokenizer))
+    input_ids = render_prompt(tokenizer, text, chat=chat)
+    options = dict(
+        max_new_tokens=args.max_new_tokens,
+        num_assistant_tokens=args.num_assistant_tokens,
+        assistant_confidence_threshold=args.threshold,
+        num_assistant_tokens_schedule=args.schedule,
+        do_sample=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    if args.compare and draft is not None:  # untimed warm-up of both paths
+        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens)}
+        generate(target, draft, input_ids, **warm)
+        generate(target, None, input_ids, **warm)
+    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    out = generate(target, draft, input_ids, streamer=streamer, **options)
+    summary = out.stats.summary()
+    label = "target alone" if draft is None else f"{args.schedule} speculative"
+    print(f"[{label}] {summary.line()}")
+    if args.compare and draft is not None:
+        started = time.perf_counter()
+        alone = generate(target, None, input_ids, **options)
+        alone_s = time.perf_counter() - started
+        same = torch.equal(alone.sequences, out.sequences)
+        verdict = "identical" if same else "DIFFERENT"
+        if args.sample:
+            verdict += " (sampling: outputs differ by design; distributions are equal)"
+        speedup = alone_s / summary.wall_time_s
+        print(
+            f"[target alone] {alone.stats.summary().line()}\n"
+            f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
+        )
+    return 0
+
+
+def _add_models(subparsers: Any) -> None:
+    p = subparsers.add_parser("models", help="list model presets and whether they are ready")
+    p.set_defaults(func=lambda args: _print_models())
+
+
+def _print_models() -> int:
+    from dynaspec.loading import models_report
+
+    print(models_report())
+    return 0
+
+
+def _add_bench(subparsers: Any) -> None:
+    from dynaspec.bench import add_bench_arguments, run_bench
+
+    p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
+    add_bench_arguments(p)
+    p.set_defaults(func=run_bench)
+
+
+def _add_oracle(subparsers: Any) -> None:
+    from dynaspec.oracle import add_oracle_arguments, run_oracle
+
+    p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
+    add_oracle_arguments(p)
+    p.set_defaults(func=run_oracle)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dynaspec", description="Lossless dynamic speculative decoding."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_generate(subparsers)
+    _add_models(subparsers)
+    _add_bench(subparsers)
+    _add_oracle(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DynaspecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
