@@ -1,0 +1,183 @@
+"""The cost-aware adaptive policy: its rule on hand-computed cases, what it learns, and that
+it adapts its lookahead to what drafting costs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from tiny_models import ScriptedModel
+
+import dynaspec
+from dynaspec.adaptive import AdaptiveConfig, AdaptivePolicy, pool_adjacent_violators
+from dynaspec.policies import DraftStep, RoundResult
+
+
+def step(index: int, confidence: float) -> DraftStep:
+    return DraftStep(index=index, position=10 + index, token=1, confidence=confidence)
+
+
+def result(drafted: int, accepted: int, *, draft_s: float, target_s: float, conf: float = 0.9):
+    return RoundResult(
+        num_drafted=drafted,
+        num_accepted=accepted,
+        confidences=(conf,) * drafted,
+        draft_time_s=draft_s * drafted,
+        target_time_s=target_s,
+        num_verified=drafted + 1,
+        draft_forwards=drafted,
+        draft_catchup=1,
+    )
+
+
+def test_fresh_policy_rule_by_hand() -> None:
+    # Priors: c = 0.25, V(n) = 1 + 0.05 (n - 1), rate 1, calibration = identity behind a
+    # prior weight of 2, first-token acceptance prior 0.8.
+    policy = AdaptivePolicy(max_tokens=20)
+    assert policy.threshold(0) == pytest.approx(0.25 + 0.05)
+    assert policy.max_lookahead() == 20  # a_1 = 0.8 > 0.30
+    # Token 1 at confidence 0.95 -> bin 9, calibrated 0.95; prefix 0.95; next gain
+    # 0.95 * 0.95 = 0.9025 > 0.30: continue.
+    assert policy.should_stop(step(0, 0.95)) is False
+    # Token 2 at 0.5 -> bin 5, calibrated 0.55; prefix 0.5225; gain 0.287 < 0.30: stop.
+    assert policy.should_stop(step(1, 0.5)) is True
+
+
+def test_calibration_learns_from_outcomes() -> None:
+    policy = AdaptivePolicy()
+    # Ten rounds: 3 drafted at confidence 0.95, the first accepted, the second rejected.
+    for _ in range(10):
+        policy.update(result(3, 1, draft_s=0.01, target_s=0.1, conf=0.95))
+    # Bin 9 saw 20 known outcomes (10 accepted, 10 rejected; the third token is unknown):
+    # (10 + 2 * 0.95) / (20 + 2) = 0.541, below the priors of bins 6-8 (0.65, 0.75, 0.85,
+    # weight 2 each), so monotone pooling merges bins 6-9: (2 * 2.25 + 11.9) / 28.
+    assert policy.acceptance(0.95) == pytest.approx(16.4 / 28)
+    assert policy.acceptance(0.65) == pytest.approx(16.4 / 28)
+    assert policy.acceptance(0.55) == pytest.approx(0.55)
+    assert policy.first_token_acceptance() == pytest.approx((10 + 1.6) / 12)
+
+
+def test_pool_adjacent_violators_is_monotone() -> None:
+    assert pool_adjacent_violators([0.1, 0.5, 0.3, 0.9], [1, 1, 1, 1]) == pytest.approx(
+        [0.1, 0.4, 0.4, 0.9]
+    )
+    assert pool_adjacent_violators([0.5, 0.2], [3, 1]) == pytest.approx([0.425, 0.425])
+
+
+def test_costs_are_measured_in_target_steps() -> None:
+    policy = AdaptivePolicy()
+    for drafted in (1, 3, 5, 1, 3, 5):
+        # Target: 0.2 s + 0.01 s per extra verified token; draft 0.05 s per token.
+        policy.update(result(drafted, drafted, draft_s=0.05, target_s=0.2 + 0.01 * drafted))
+    assert policy.verify_cost(1) == pytest.approx(1.0)
+    assert policy.verify_cost(6) == pytest.approx(1.25)
+    assert policy.draft_cost() == pytest.approx(0.25)
+
+
+def count_drafted(policy: AdaptivePolicy, confidence: float = 0.9) -> int:
+    """Tokens the policy drafts in one round where every token has `confidence`."""
+    limit = policy.max_lookahead()
+    for index in range(limit):
+        if policy.should_stop(step(index, confidence)):
+            return index + 1
+    return limit
+
+
+def trained(draft_s: float) -> AdaptivePolicy:
+    policy = AdaptivePolicy()
+    for _ in range(20):
+        policy.update(result(4, 3, draft_s=draft_s, target_s=0.2))
+    return policy
+
+
+def test_cheap_draft_drafts_longer_than_expensive() -> None:
+    cheap, pricey = trained(draft_s=0.01), trained(draft_s=0.08)
+    assert count_drafted(cheap) > count_drafted(pricey) >= 1
+
+
+def test_draft_that_costs_more_than_it_saves_is_not_used() -> None:
+    policy = trained(draft_s=0.3)  # a draft token costs 1.5 target steps
+    assert policy.max_lookahead() == 0
+    # ... but a probe round comes back after `probe_interval` rounds without drafting.
+    for _ in range(policy.config.probe_interval):
+        policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))
+    assert policy.max_lookahead() == 1
+
+
+def test_failed_probes_back_off() -> None:
+    policy = AdaptivePolicy(config=AdaptiveConfig(probe_interval=2, max_probe_interval=8))
+    policy.rounds_without_draft = 2
+    policy.update(result(1, 0, draft_s=0.3, target_s=0.2))
+    assert policy.probe_interval == 4
+
+
+class Slowed:
+    """Wraps an adapter so every forward takes at least `seconds` (an artificially slow model)."""
+
+    def __init__(self, inner: ScriptedModel, seconds: float) -> None:
+        self.inner = inner
+        self.seconds = seconds
+        self.vocab_size = inner.vocab_size
+        self.max_length = inner.max_length
+        self.is_encoder_decoder = False
+
+    @property
+    def num_cached(self) -> int:
+        return self.inner.num_cached
+
+    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.inner.begin(input_ids)
+
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return self.inner.forward(new_tokens, num_logits)
+
+    def crop(self, num_tokens: int) -> None:
+        self.inner.crop(num_tokens)
+
+
+def counting_model() -> ScriptedModel:
+    return ScriptedModel.greedy(lambda prefix: (prefix[-1] + 1) % 16, 16, confidence=0.95)
+
+
+def test_adaptive_uses_a_cheap_draft_and_skips_an_expensive_one() -> None:
+    # The draft always agrees. Cheap draft (1 ms vs a 30 ms target): long drafts pay.
+    # Draft as slow as the target (40 ms): drafting never pays, so rounds become plain steps.
+    prompt = torch.tensor([[0]])
+    target = Slowed(counting_model(), 0.03)
+    cheap = dynaspec.generate(
+        target,
+        Slowed(counting_model(), 0.001),
+        prompt,
+        max_new_tokens=40,
+        num_assistant_tokens_schedule="adaptive",
+    )
+    pricey = dynaspec.generate(
+        target,
+        Slowed(counting_model(), 0.04),
+        prompt,
+        max_new_tokens=40,
+        num_assistant_tokens_schedule="adaptive",
+    )
+    assert torch.equal(cheap.sequences, pricey.sequences)  # lossless either way
+    cheap_drafted = [r.num_drafted for r in cheap.stats.rounds]
+    pricey_drafted = [r.num_drafted for r in pricey.stats.rounds]
+    assert max(cheap_drafted) >= 5
+    # After the first rounds measured the cost, the expensive draft is (almost) never used.
+    assert sum(pricey_drafted[3:]) <= 3
+    assert sum(cheap_drafted) > sum(pricey_drafted)
+
+
+def test_caller_policy_keeps_what_it_learned() -> None:
+    policy = AdaptivePolicy()
+    model = counting_model()
+    dynaspec.generate(
+        model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
+    )
+    learned = sum(policy.bin_total)
+    assert learned > 0
+    dynaspec.generate(
+        model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
+    )
+    assert sum(policy.bin_total) > learned
