@@ -5,6 +5,15 @@ logits back, roll the cache back to n tokens. Invariant kept by the loop: a mode
 holds the committed tokens minus the newest one (llama.cpp's "the last token is kept
 separate, the cache holds the rest"); the draft may lag further behind and catches up by
 being fed every token it has not seen.
+
+Encoder-decoder models (T5, BART, ...): `begin()` runs the encoder once over the whole
+prompt and returns the decoder start token; the loop then sees only decoder tokens, so
+"tokens", "cache" and "roll back" all refer to the decoder. Each model encodes the prompt
+with its own encoder (a draft's encoder output is its own). transformers keeps the decoder's
+state in an `EncoderDecoderCache`: its self-attention part grows with the decoder tokens and
+is cropped on rollback; its cross-attention part (keys/values of the encoder output) is
+computed in the first decoder forward and kept as is for the whole sequence
+(`EncoderDecoderCache.crop` crops only the self-attention part).
 """
 
 from __future__ import annotations
@@ -22,12 +31,19 @@ class ModelAdapter(Protocol):
     """What the decoding loop needs from a model."""
 
     vocab_size: int  # rows of the output distribution
-    max_length: int | None  # longest token sequence the model accepts (None: unknown)
+    # Longest token sequence the model accepts (None: unknown or unlimited, e.g. T5's relative
+    # positions). Decoder-only: prompt + new tokens. Encoder-decoder: the encoder's input (the
+    # prompt) and the decoder's sequence (start token + new tokens) must each fit.
+    max_length: int | None
     is_encoder_decoder: bool
-    num_cached: int  # tokens currently in the cache
+    num_cached: int  # tokens currently in the cache (encoder-decoder: decoder tokens)
 
     def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Start a sequence from a (1, T) prompt; return the first committed tokens (n,)."""
+        """Start a sequence from a (1, T) prompt; return the first committed tokens (n,).
+
+        Decoder-only: the prompt itself. Encoder-decoder: encode the prompt, return (1,) the
+        decoder start token.
+        """
         ...
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
@@ -51,7 +67,11 @@ class HFAdapter:
     """Adapter for a transformers PreTrainedModel, decoder-only or encoder-decoder.
 
     Uses the model's own dynamic cache and crops it on rollback. Works with the `cache=`
-    keyword of recent transformers 5.x releases and the older `past_key_values=`.
+    keyword of recent transformers 5.x releases and the older `past_key_values=`. Models
+    without `logits_to_keep` (T5) compute logits for every fed token; the last ones are kept.
+    Encoder-decoder: the cache is an `EncoderDecoderCache`, whose `crop` rolls back the
+    decoder self-attention only; `max_length` is `max_position_embeddings` (BART: it bounds
+    the encoder's and the decoder's positions alike), None for T5 (relative positions).
     """
 
     def __init__(self, model: Any) -> None:
@@ -74,20 +94,46 @@ class HFAdapter:
     def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
         self.cache = None
         self.num_cached = 0
+        self._encoder_kwargs = {}
         input_ids = input_ids.to(self.device)
         if not self.is_encoder_decoder:
             return input_ids[0]
-        encoder = self.model.get_encoder()
-        self._encoder_kwargs = {"encoder_outputs": encoder(input_ids=input_ids)}
-        start = self.model.generation_config.decoder_start_token_id
-        if start is None:
-            start = self.model.config.decoder_start_token_id
-        if start is None:
-            raise UnsupportedModelError(
-                "the encoder-decoder model has no decoder_start_token_id; set "
-                "model.generation_config.decoder_start_token_id"
-            )
-        return torch.tensor([int(start)], dtype=torch.long, device=self.device)
+        start = self._decoder_start_token_id()
+        # As transformers' generate() does for one unpadded sequence: every prompt token is
+        # attended, the encoder runs once, and its output and mask go into every decoder
+        # forward (the mask becomes the cross-attention mask).
+        attention_mask = torch.ones_like(input_ids)  # (1, T)
+        encoder_outputs = self.model.get_encoder()(
+            input_ids=input_ids, attention_mask=attention_mask
+        )
+        self._encoder_kwargs = {
+            "encoder_outputs": encoder_outputs,
+            "attention_mask": attention_mask,
+        }
+        return torch.tensor([start], dtype=torch.long, device=self.device)
+
+    def _decoder_start_token_id(self) -> int:
+        """decoder_start_token_id, else bos_token_id, of the generation config (as HF does)."""
+        source = getattr(self.model, "generation_config", None) or self.model.config
+        candidates = (
+            getattr(source, "decoder_start_token_id", None),
+            getattr(source, "bos_token_id", None),
+        )
+        for start in candidates:
+            if isinstance(start, (list, tuple)) and len(start) == 1:
+                start = start[0]
+            if isinstance(start, int):
+                return start
+            if start is not None:
+                raise UnsupportedModelError(
+                    f"decoder_start_token_id {start!r} is not a single token id; dynaspec "
+                    "decodes one sequence: set model.generation_config.decoder_start_token_id "
+                    "to an int"
+                )
+        raise UnsupportedModelError(
+            f"the encoder-decoder {type(self.model).__name__} has no decoder_start_token_id "
+            "(nor bos_token_id); set model.generation_config.decoder_start_token_id"
+        )
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}

@@ -55,9 +55,26 @@ def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
 def check_lengths(
     adapters: Iterable[ModelAdapter], prompt_tokens: int, max_new_tokens: int
 ) -> None:
-    """Raises InputError when prompt + max_new_tokens exceeds a decoder-only model's context."""
+    """Raises InputError when the tokens to process exceed a model's context.
+
+    Decoder-only: prompt + max_new_tokens. Encoder-decoder: the prompt (encoder input) and the
+    decoder sequence, 1 (start token) + max_new_tokens, each against `max_length`.
+    """
     for adapter in adapters:
-        if adapter.is_encoder_decoder or adapter.max_length is None:
+        if adapter.max_length is None:
+            continue
+        if adapter.is_encoder_decoder:
+            if prompt_tokens > adapter.max_length:
+                raise InputError(
+                    f"the prompt ({prompt_tokens} tokens) exceeds the encoder's "
+                    f"{adapter.max_length} positions: shorten the prompt"
+                )
+            if 1 + max_new_tokens > adapter.max_length:
+                raise InputError(
+                    f"the decoder start token + max_new_tokens ({max_new_tokens}) exceeds the "
+                    f"decoder's {adapter.max_length} positions: lower max_new_tokens to "
+                    f"{adapter.max_length - 1}"
+                )
             continue
         if prompt_tokens + max_new_tokens > adapter.max_length:
             raise InputError(
