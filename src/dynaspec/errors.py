@@ -37,3 +37,7 @@ class CorruptModelFileError(DynaspecError, OSError):
 
 class DataNotAvailableError(DynaspecError, FileNotFoundError):
     """A benchmark prompt package is missing; the message names the pip install command."""
+
+
+class MissingDependencyError(DynaspecError, ImportError):
+    """A package dynaspec needs for this operation is not installed; the message names it."""

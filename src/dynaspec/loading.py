@@ -1,0 +1,336 @@
+"""Loading models and target/draft pairs: presets, local folders, .gguf files, hub ids.
+
+Presets come from PyPI packages (see dynaspec.presets) and go through the model cache
+(dynaspec.model_cache): the first load joins, verifies and dequantizes, later loads read
+safetensors in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from dynaspec import model_cache
+from dynaspec.errors import (
+    ConfigError,
+    CorruptModelFileError,
+    IncompatibleModelsError,
+    ModelNotAvailableError,
+)
+from dynaspec.presets import (
+    ModelPreset,
+    default_pair_name,
+    find_model_preset,
+    get_model_preset,
+    get_pair_preset,
+    model_presets,
+    pair_presets,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+DTypeArg = str | torch.dtype | None
+CacheDirArg = str | os.PathLike[str] | None
+
+_DTYPE_NAMES = ("bfloat16", "float16", "float32")
+
+# Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
+_TOKENIZER_PROBE = (
+    "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + "
+    "fibonacci(n - 2)  # naïve ✓\n\nThe quick brown fox – 42 € – 東京 🚀\t<tag/>"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelPair:
+    """A target model and a draft model that share `tokenizer`, both in eval mode."""
+
+    name: str  # pair preset name, e.g. "qwen2.5-coder"
+    target: PreTrainedModel  # the large model whose output is reproduced
+    draft: PreTrainedModel  # the small model that proposes tokens
+    tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
+
+
+def resolve_dtype(dtype: DTypeArg, *, none_means: torch.dtype | str) -> torch.dtype | str:
+    """A torch dtype from "bfloat16" / "float16" / "float32" / torch.dtype / "auto".
+
+    None gives `none_means`: float32 for GGUF (its dequantized precision), "auto" (the
+    checkpoint's own dtype) for transformers folders and hub ids.
+    """
+    if dtype is None:
+        return none_means
+    if isinstance(dtype, torch.dtype):
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ConfigError(f"dtype {dtype} is not supported: use one of {_DTYPE_NAMES}")
+        return dtype
+    name = dtype.strip().lower().removeprefix("torch.")
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
+    name = aliases.get(name, name)
+    if name == "auto":
+        return none_means
+    if name not in _DTYPE_NAMES:
+        raise ConfigError(f"unknown dtype {dtype!r}: use one of {_DTYPE_NAMES}, or None")
+    return getattr(torch, name)
+
+
+def _gguf_dtype(dtype: DTypeArg) -> torch.dtype:
+    """The dtype a GGUF is dequantized to: None and "auto" mean float32."""
+    torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
+    assert isinstance(torch_dtype, torch.dtype)
+    return torch_dtype
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads: `threads`, or every core this process may use."""
+    if threads is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        threads = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(
+            f"threads must be a positive integer or None (all cores), got {threads!r}"
+        )
+    torch.set_num_threads(threads)
+    return threads
+
+
+def _load_folder(
+    folder: Path | str, dtype: torch.dtype | str
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model.eval()
+    return model, tokenizer
+
+
+def _load_cached_folder(
+    folder: Path, dtype: torch.dtype
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
+    from safetensors import SafetensorError
+
+    try:
+        return _load_folder(folder, dtype)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        raise CorruptModelFileError(
+            f"the cached model in {folder} could not be loaded ({type(error).__name__}: "
+            f"{error}); delete that folder and load again to rebuild it"
+        ) from error
+
+
+def load_preset(
+    preset: ModelPreset,
+    *,
+    dtype: DTypeArg = "bfloat16",
+    threads: int | None = None,
+    cache_dir: CacheDirArg = None,
+    progress: bool = True,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a preset through the model cache (built on first use). Returns (model, tokenizer)."""
+    set_threads(threads)
+    torch_dtype = _gguf_dtype(dtype)
+    folder = model_cache.ensure_preset_folder(preset, torch_dtype, cache_dir, progress=progress)
+    return _load_cached_folder(folder, torch_dtype)
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    dtype: DTypeArg = "bfloat16",
+    threads: int | None = None,
+    cache_dir: CacheDirArg = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
+
+    name_or_path: a preset name ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
+    "smollm2-135m", "gemma3-270m"; see `dynaspec models`), a transformers folder, a
+    .gguf file (dequantized once into the cache), or a Hugging Face hub id.
+    dtype: "bfloat16" (default), "float16", "float32", a torch.dtype, or None for the
+    checkpoint's own precision (float32 for GGUF).
+    threads: torch intra-op threads; None uses every core.
+    cache_dir: model cache root; None uses $DYNASPEC_CACHE or the user cache folder.
+    """
+    text = os.fspath(name_or_path)
+    preset = find_model_preset(text) if isinstance(name_or_path, str) else None
+    if preset is not None:
+        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir)
+    path = Path(text).expanduser()
+    if path.is_file():
+        set_threads(threads)
+        torch_dtype = _gguf_dtype(dtype)
+        folder = model_cache.ensure_file_folder(path, torch_dtype, cache_dir)
+        return _load_cached_folder(folder, torch_dtype)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotAvailableError(
+                f"{path} has no config.json, so it is not a transformers model folder: pass "
+                "a folder written by save_pretrained(), or the path of a .gguf file"
+            )
+        set_threads(threads)
+        return _load_folder(path, resolve_dtype(dtype, none_means="auto"))
+    if _looks_like_hub_id(text):
+        set_threads(threads)
+        return _load_from_hub(text, resolve_dtype(dtype, none_means="auto"))
+    known = ", ".join(model_presets())
+    raise ConfigError(
+        f"{text!r} is not a preset, an existing file or folder, or a hub id (owner/name): "
+        f"use one of the presets {known}, or check the path"
+    )
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    """`owner/name` with no path-like start and no .gguf suffix."""
+    parts = text.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not text.startswith((".", "~"))
+        and not text.endswith(".gguf")
+    )
+
+
+def _load_from_hub(
+    model_id: str, dtype: torch.dtype | str
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    try:
+        return _load_folder(model_id, dtype)
+    except OSError as error:
+        raise ModelNotAvailableError(
+            f"could not load {model_id!r} from the Hugging Face hub ({error}); check the id "
+            "and the network, or use a preset (`dynaspec models`) or a local folder"
+        ) from error
+
+
+def check_pair_compatible(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    target_tokenizer: PreTrainedTokenizerBase,
+    draft_tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """Raise IncompatibleModelsError unless draft and target share tokens and logit width.
+
+    Checks: identical vocabularies (token -> id), identical tokenization of a probe
+    text, equal eos id, and equal number of lm_head rows (the logits' last dimension).
+    """
+    target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if target_vocab != draft_vocab:
+        differing = len(set(target_vocab.items()) ^ set(draft_vocab.items()))
+        raise IncompatibleModelsError(
+            f"draft vocabulary ({len(draft_vocab)} tokens) differs from the target's "
+            f"({len(target_vocab)} tokens; {differing} token/id entries differ): pick a draft "
+            "from the same model family, trained with the same tokenizer"
+        )
+    target_ids = target_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
+    draft_ids = draft_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
+    if target_ids != draft_ids:
+        raise IncompatibleModelsError(
+            "draft and target tokenizers have the same vocabulary but split text differently "
+            "(different merges or pre-tokenizer): pick a draft with the target's tokenizer"
+        )
+    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
+        raise IncompatibleModelsError(
+            f"draft eos id {draft_tokenizer.eos_token_id} != target eos id "
+            f"{target_tokenizer.eos_token_id}: pick a draft with the target's tokenizer"
+        )
+    target_rows = _logit_width(target)
+    draft_rows = _logit_width(draft)
+    if target_rows != draft_rows:
+        raise IncompatibleModelsError(
+            f"draft vocabulary {draft_rows} != target vocabulary {target_rows} (lm_head rows): "
+            "the logits must have the same width; pick a draft with the target's vocabulary"
+        )
+
+
+def _logit_width(model: PreTrainedModel) -> int:
+    head = model.get_output_embeddings()
+    if head is None:
+        return int(model.config.vocab_size)
+    return int(head.weight.shape[0])
+
+
+def load_pair(
+    name: str | None = None,
+    *,
+    dtype: DTypeArg = "bfloat16",
+    threads: int | None = None,
+    cache_dir: CacheDirArg = None,
+) -> ModelPair:
+    """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
+
+    Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
+    pip command if a model's packages are not installed.
+    """
+    pair = get_pair_preset(default_pair_name() if name is None else name)
+    target_preset = get_model_preset(pair.target)
+    draft_preset = get_model_preset(pair.draft)
+    for preset in (target_preset, draft_preset):  # fail before a long load of the other
+        folder = model_cache.preset_folder(preset, _gguf_dtype(dtype), cache_dir)
+        if not model_cache.is_complete_folder(folder):
+            model_cache.locate_slices(preset)
+    target, target_tokenizer = load_preset(
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+    )
+    draft, draft_tokenizer = load_preset(
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+    )
+    check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
+    return ModelPair(name=pair.name, target=target, draft=draft, tokenizer=target_tokenizer)
+
+
+def _format_count(count: int) -> str:
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+
+
+def _format_bytes(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+
+
+def models_report(cache_dir: CacheDirArg = None) -> str:
+    """A text table of the presets: name, role, parameters, GGUF size, installed?, cached?"""
+    root = model_cache.resolve_cache_dir(cache_dir)
+    header = ("name", "role", "params", "size", "installed", "cached")
+    rows: list[tuple[str, ...]] = [header]
+    missing_lines: list[str] = []
+    for preset in model_presets().values():
+        missing = model_cache.missing_packages(preset)
+        if not missing:
+            installed = "yes"
+        elif len(missing) == len(preset.packages):
+            installed = "no"
+        else:
+            installed = f"partly ({len(preset.packages) - len(missing)}/{len(preset.packages)})"
+        if missing:
+            missing_lines.append(f"  {preset.name}: {preset.pip_command(missing)}")
+        cached = ", ".join(model_cache.cached_dtypes(preset, root)) or "no"
+        rows.append(
+            (
+                preset.name,
+                preset.role,
+                _format_count(preset.num_parameters),
+                _format_bytes(preset.size),
+                installed,
+                cached,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.append("")
+    lines.append("pairs:")
+    for pair in pair_presets().values():
+        default = " (default)" if pair.name == default_pair_name() else ""
+        lines.append(f"  {pair.name}{default}: {pair.target} + {pair.draft}")
+    lines.append("")
+    lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
+    if missing_lines:
+        lines.append("to install:")
+        lines.extend(missing_lines)
+    return "\n".join(lines)
