@@ -50,7 +50,8 @@ def speculative_round(
     """One round over committed `tokens` (n,); drafts at most `max_draft` tokens."""
     wanted = policy.max_lookahead() if draft is not None else 0
     lookahead = min(wanted, max_draft)
-    stop_reason = "none" if lookahead == 0 else ("length" if wanted > max_draft else "max")
+    # "none": nothing wanted; "length": the room left cut the draft (to 0 on the last token).
+    stop_reason = "none" if wanted == 0 else ("length" if wanted > max_draft else "max")
     drafted: list[torch.Tensor] = []
     draft_probs: list[torch.Tensor] = []
     confidences: list[float] = []

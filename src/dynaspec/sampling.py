@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 from transformers.generation.logits_process import (
-    LogitsProcessorList,
+    LogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -23,7 +23,8 @@ class TokenSampler:
 
     def __init__(self, config: SamplingConfig, device: torch.device | str = "cpu") -> None:
         self.config = config
-        self.warpers = LogitsProcessorList()
+        # Called directly, not through LogitsProcessorList (which inspects signatures per call).
+        self.warpers: list[LogitsProcessor] = []
         if config.do_sample:
             if config.temperature != 1.0:
                 self.warpers.append(TemperatureLogitsWarper(config.temperature))
@@ -38,8 +39,8 @@ class TokenSampler:
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """(n, V) logits -> (n, V) float32 probabilities after temperature/top-k/top-p."""
         scores = logits.float()
-        if self.warpers:
-            scores = self.warpers(None, scores)  # warpers ignore input_ids
+        for warper in self.warpers:
+            scores = warper(None, scores)  # warpers ignore input_ids
         return torch.softmax(scores, dim=-1)
 
     def pick(self, logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,9 @@ def speculative_sample(
         idx = torch.arange(k, device=draft_tokens.device)
         target_p = target_probs[idx, draft_tokens]  # (k,)
         draft_p = draft_probs[idx, draft_tokens]  # (k,), > 0: the tokens were drawn from it
-        rejected = uniform(k) * draft_p > target_p  # u > p_t / p_d, without dividing by 0
+        # Accept iff u < p_t / p_d, without dividing by 0. Not `>`: torch.rand can return
+        # exactly 0, and a token the target gives probability 0 must never be accepted.
+        rejected = uniform(k) * draft_p >= target_p
         num_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else k
     else:
         num_accepted = 0

@@ -1,0 +1,34 @@
+"""Shared pytest set-up for the dynaspec tests.
+
+The tiny models are dominated by per-op overhead, and the test machine has few cores shared
+with other jobs: one intra-op thread is several times faster than the default there (with
+two threads on a loaded 2-core machine a tiny forward took ~60 ms instead of ~4 ms).
+
+The suite is meant to run with `-W error::DeprecationWarning -W error::FutureWarning`. One
+third-party warning is exempted: when a Hypothesis test fails, its pytest plugin imports
+libcst, which trips mypy_extensions' TypedDict deprecation; as an error that would turn the
+real failure report into an INTERNALERROR.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Lets test modules `import tiny_models` however pytest was invoked (rootdir or tests/).
+sys.path.insert(0, str(Path(__file__).parent))
+
+torch.set_num_threads(1)
+
+# As a mark, since pytest restores the warning filters around each test's whole protocol.
+_LIBCST_IMPORT = pytest.mark.filterwarnings(
+    "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(_LIBCST_IMPORT)
