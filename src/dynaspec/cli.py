@@ -103,7 +103,9 @@ def run_generate(args: argparse.Namespace) -> int:
     target, draft, tokenizer = load_models(args)
     if args.no_draft:
         draft = None
-    chat = not args.raw and (args.chat or should_use_chat(tokenizer))
+    # Encoder-decoder models take the instruction as plain input text, never a chat template.
+    seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
+    chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
     options = dict(
         max_new_tokens=args.max_new_tokens,

@@ -101,9 +101,17 @@ def set_threads(threads: int | None) -> int:
 def _load_folder(
     folder: Path | str, dtype: torch.dtype | str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForSeq2SeqLM,
+        AutoTokenizer,
+    )
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    config = AutoConfig.from_pretrained(folder)
+    # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto.from_pretrained(folder, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model.eval()
     return model, tokenizer
