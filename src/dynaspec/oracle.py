@@ -498,13 +498,25 @@ def measure_prompt(
     max_new_tokens: int,
     eos_token_ids: Sequence[int],
     real_oracle: bool = True,
+    reference_schedule: str | None = None,
 ) -> PromptRecord:
-    """Steps 1-3 of the module docstring for one prompt, with the real models."""
+    """Steps 1-3 of the module docstring for one prompt, with the real models.
+
+    reference_schedule: None decodes the reference with the target alone; a schedule name
+    decodes it speculatively with that schedule, which is lossless, so the text is the
+    target's greedy output (each token is the target's argmax in a verification forward),
+    only faster. Then reference_step_s is not a plain target step.
+    """
     target_adapter = as_adapter(target)
     draft_adapter = as_adapter(draft)
     eos = list(eos_token_ids)
     reference_out = generate(
-        target_adapter, None, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos
+        target_adapter,
+        None if reference_schedule is None else draft_adapter,
+        input_ids,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        num_assistant_tokens_schedule=reference_schedule or "dynamic",
     )
     reference = reference_out.sequences[0]  # (n0 + m,)
     num_new = reference_out.stats.summary().new_tokens
@@ -688,6 +700,12 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
         "loses the replay consistency check)",
     )
     parser.add_argument(
+        "--reference-schedule",
+        default=None,
+        help="decode each reference speculatively with this schedule (lossless, faster) "
+        "instead of with the target alone",
+    )
+    parser.add_argument(
         "--cost-reps", type=int, default=5, help="repetitions per point of the cost measurement"
     )
     parser.add_argument(
@@ -753,6 +771,7 @@ def run_oracle(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
                 eos_token_ids=eos,
                 real_oracle=not args.skip_real_oracle,
+                reference_schedule=args.reference_schedule,
             )
             with records_path.open("a") as file:
                 file.write(json.dumps(record.to_json()) + "\n")
@@ -772,6 +791,7 @@ def run_oracle(args: argparse.Namespace) -> int:
         "dtype": "float32" if args.smoke else args.dtype,
         "threads": args.threads,
         "real_oracle": not args.skip_real_oracle,
+        "reference_schedule": args.reference_schedule,
         "bench_jsonl": args.bench_jsonl,
         "versions": _versions(),
     }

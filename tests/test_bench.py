@@ -1,0 +1,261 @@
+"""`dynaspec bench`: the smoke run end to end, the aggregation, the mismatch classifier."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from dynaspec import bench, bench_report
+from dynaspec.bench import (
+    classify_logits,
+    classify_mismatch,
+    dtype_step,
+    first_difference,
+    parse_methods,
+)
+from dynaspec.bench_report import median_of_ratios, per_prompt_ratios, render_report
+from dynaspec.errors import ConfigError
+from dynaspec.hf_peer import HF_HEURISTIC, HFPeer, rounds_from_target_calls
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_bench_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    args = _parse(["--smoke", "--max-new-tokens", "8", "--no-progress", "--out", str(out)])
+    status = bench.run_bench(args)
+    return status, out
+
+
+def test_smoke_run_writes_a_matching_record_per_prompt_and_method(smoke_run):
+    status, out = smoke_run
+    assert status == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    methods = set(bench.METHODS)
+    prompts = {(r["task"], r["prompt_id"]) for r in records}
+    assert len(prompts) == len(bench.SMOKE_PROMPTS) * bench.SMOKE_N
+    assert Counter((r["task"], r["prompt_id"], r["method"]) for r in records) == {
+        (task, prompt_id, method): 1 for task, prompt_id in prompts for method in methods
+    }
+    assert all(r["matches_target"] for r in records), [r for r in records if r["mismatch"]]
+    for record in records:
+        # each round commits its accepted tokens + one; EOS or the length limit may cut it
+        rounds, accepted = record["rounds"], sum(record["accepted_per_round"])
+        assert rounds == len(record["accepted_per_round"])
+        assert rounds <= record["new_tokens"] <= rounds + accepted
+        assert len(record["accepted_per_round"]) == len(record["drafted_per_round"])
+        assert record["wall_time_s"] > 0 and record["speedup_vs_target"] > 0
+        run = record["run"]
+        assert run["config"]["max_new_tokens"] == 8
+        assert {"torch", "transformers", "dynaspec"} <= set(run["versions"])
+        assert {"platform", "cpu_count", "torch_threads"} <= set(run["machine"])
+        assert {"sha", "dirty"} <= set(run["git"])
+        assert isinstance(run["sklearn_available"], bool)
+        assert "--smoke" in run["command"]
+    # transformers' assisted generation and ours take the same decisions on the same draft
+    by_key = {(r["task"], r["prompt_id"], r["method"]): r for r in records}
+    for task, prompt_id in prompts:
+        for ours, theirs in (("heuristic", "hf-heuristic"), ("dynamic", "hf-dynamic")):
+            mine, peer = by_key[(task, prompt_id, ours)], by_key[(task, prompt_id, theirs)]
+            assert mine["accepted_per_round"] == peer["accepted_per_round"]
+            assert mine["drafted_per_round"] == peer["drafted_per_round"]
+    assert (out / "command.txt").read_text().strip()
+
+
+def test_smoke_report_has_the_columns_and_plots(smoke_run):
+    _, out = smoke_run
+    table = (out / "table.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| target | draft"))
+    cells = [cell.strip() for cell in header.strip("|").split("|")]
+    assert cells == list(bench_report.TABLE_HEADERS)
+    for column in ("heuristic", "dynamic", "constant", "adaptive", "adaptive-warm", "oracle"):
+        assert column in cells
+    assert {"HF heuristic", "HF dynamic", "dyn / HF dyn", "mismatches"} <= set(cells)
+    assert "| smoke-short |" in table and "| all |" in table
+    for plot in (bench_report.SPEEDUP_PLOT, bench_report.ACCEPTED_PLOT):
+        assert (out / plot).stat().st_size > 1000
+    # re-rendering from the JSONL alone gives the same table
+    again = render_report(out / "results.jsonl", out / "again")
+    assert again == table
+
+
+def _record(task, prompt, method, wall, **extra):
+    return {"task": task, "prompt_id": prompt, "method": method, "wall_time_s": wall, **extra}
+
+
+def test_median_of_per_prompt_ratios():
+    records = [
+        _record("a", "p0", "target", 2.0),
+        _record("a", "p0", "dynamic", 1.0),  # 2.0x
+        _record("a", "p1", "target", 3.0),
+        _record("a", "p1", "dynamic", 1.0),  # 3.0x
+        _record("a", "p2", "target", 10.0),
+        _record("a", "p2", "dynamic", 20.0),  # 0.5x
+        _record("a", "p3", "target", 5.0),  # no dynamic record: left out
+        _record("b", "p0", "target", 4.0),  # same id in another task: another prompt
+        _record("b", "p0", "dynamic", 1.0),  # 4.0x
+    ]
+    assert per_prompt_ratios(records, "target", "dynamic") == {"a": [2.0, 3.0, 0.5], "b": [4.0]}
+    medians = median_of_ratios(records, "target", "dynamic")
+    # the median of ratios, not the ratio of the summed times (15 / 22 = 0.68x)
+    assert medians == {"a": 2.0, "b": 4.0, "all": 2.5}
+    assert median_of_ratios(records, "target", "oracle") == {}
+
+
+def test_pooled_accepted_and_mismatch_counts():
+    records = [
+        _record("a", "p0", "dynamic", 1.0, accepted_per_round=[1, 2, 0], matches_target=True),
+        _record(
+            "a",
+            "p1",
+            "dynamic",
+            1.0,
+            accepted_per_round=[3],
+            matches_target=False,
+            mismatch={"kind": "tie"},
+        ),  # fmt: skip
+        _record("a", "p1", "hf-dynamic", 1.0, matches_target=False, mismatch={"kind": "BUG"}),
+    ]
+    assert bench_report.pooled_accepted_per_round(records, "dynamic") == {"a": 1.5, "all": 1.5}
+    counts = bench_report.mismatch_counts(records)
+    assert bench_report.format_mismatches(counts["a"]) == "2 (1 tie, 1 BUG)"
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2, 3], [1, 2]) == 2
+    assert first_difference([], [7]) == 0
+
+
+def test_dtype_step():
+    assert dtype_step(17.125, torch.bfloat16) == 0.125
+    assert dtype_step(14.0, torch.bfloat16) == 0.0625
+    assert dtype_step(-3.0, torch.bfloat16) == 2**-6
+    assert dtype_step(1.0, torch.float32) == 2**-23
+
+
+def _logits(values: dict[int, float], size: int = 8) -> torch.Tensor:
+    logits = torch.full((size,), -5.0)
+    for token, value in values.items():
+        logits[token] = value
+    return logits
+
+
+@pytest.mark.parametrize(
+    ("values", "target_token", "method_token", "dtype", "kind"),
+    [
+        ({3: 17.125, 5: 17.125}, 3, 5, torch.bfloat16, "tie"),  # exact tie
+        ({3: 14.0, 5: 13.9375}, 3, 5, torch.bfloat16, "tie"),  # one bf16 step
+        ({3: 14.0, 5: 13.75}, 5, 3, torch.bfloat16, "tie"),  # four steps, either order
+        ({3: 17.0, 5: 15.0}, 3, 5, torch.bfloat16, "BUG"),  # 16 steps
+        ({3: 14.0, 5: 13.9375}, 3, 5, torch.float32, "BUG"),  # a tie in bf16, not in fp32
+        ({3: 17.0, 5: 16.999}, 1, 5, torch.bfloat16, "BUG"),  # the target's token is far off
+    ],
+)
+def test_classify_logits(values, target_token, method_token, dtype, kind):
+    divergence = classify_logits(_logits(values), 4, target_token, method_token, dtype)
+    assert divergence.kind == kind
+    assert divergence.position == 4
+
+
+def test_classify_logits_length_difference_is_a_bug():
+    divergence = classify_logits(_logits({1: 1.0}), 2, 1, None, torch.bfloat16)
+    assert divergence.kind == "BUG" and divergence.steps is None
+
+
+def test_classify_mismatch_runs_one_forward_over_the_common_prefix():
+    from dynaspec.tiny import tiny_pair
+
+    target, _, _ = tiny_pair()
+    prompt = torch.tensor([[10, 20, 30]])
+    with torch.inference_mode():
+        logits = target(input_ids=torch.tensor([[10, 20, 30, 40]])).logits[0, -1]
+    best, worst = int(logits.argmax()), int(logits.argmin())
+    reference, output = [40, best, 1], [40, worst, 1]
+    divergence = classify_mismatch(target, prompt, reference, output)
+    assert divergence.position == 1 and divergence.top_token == best
+    assert divergence.target_gap == 0.0 and divergence.kind == "BUG"
+    near = classify_mismatch(target, prompt, reference, output, tie_steps=float("inf"))
+    assert near.kind == "tie"
+
+
+def test_rounds_from_target_calls():
+    # prompt of 10; round 0 verifies 5 drafts with the prompt and keeps 2 (+1); round 1
+    # starts at the last committed token (position 12) with 4 drafts, keeps all 4 (+1);
+    # round 2 drafts 1, final length 20 (0 accepted + 1)
+    calls = [(15, 0), (5, 12), (2, 17)]
+    assert rounds_from_target_calls(calls, 10, 19) == ([5, 4, 1], [2, 4, 0])
+    assert rounds_from_target_calls([(15, None)], 10, 12) == ([], [])
+    assert rounds_from_target_calls([(15, 0)], 10, 30) == ([], [])  # more kept than drafted
+
+
+def test_hf_peer_does_not_leak_the_assistant_config():
+    from dynaspec.tiny import tiny_pair
+
+    target, draft, _ = tiny_pair()
+    draft.generation_config.num_assistant_tokens = 11
+    peer = HFPeer(target, draft)
+    result = peer.generate(
+        torch.tensor([[1, 2, 3]]),
+        max_new_tokens=6,
+        eos_token_id=None,
+        pad_token_id=0,
+        assist=HF_HEURISTIC,
+    )
+    assert result.sequences.shape[1] <= 9
+    assert draft.generation_config.num_assistant_tokens == 11
+    assert draft.generation_config.num_assistant_tokens_schedule != "heuristic"
+    assert result.target_forwards == len(result.drafted_per_round) > 0
+
+
+def test_method_order_rotates_everything_but_keeps_the_oracle_after_the_baseline():
+    methods = ("target", "dynamic", "oracle", "hf-dynamic")
+    assert bench.method_order(methods, 0) == ["target", "dynamic", "oracle", "hf-dynamic"]
+    assert bench.method_order(methods, 1) == ["dynamic", "hf-dynamic", "target", "oracle"]
+    assert bench.method_order(methods, 2) == ["hf-dynamic", "target", "oracle", "dynamic"]
+    assert bench.method_order(methods, 3) == ["hf-dynamic", "target", "dynamic", "oracle"]
+    assert bench.method_order(methods, 4) == bench.method_order(methods, 0)
+    firsts = {bench.method_order(("target", "a", "b"), i)[0] for i in range(3)}
+    assert firsts == {"target", "a", "b"}
+
+
+def test_parse_methods():
+    assert parse_methods("dynamic, hf-dynamic,dynamic") == ("dynamic", "hf-dynamic")
+    with pytest.raises(ConfigError, match="unknown method"):
+        parse_methods("dynamic,turbo")
+    with pytest.raises(ConfigError, match="empty"):
+        parse_methods(" , ")
+
+
+def test_adaptive_methods_are_skipped_when_the_policy_is_missing():
+    methods, skipped = bench.runnable_methods(
+        ("dynamic", "adaptive", "adaptive-warm"), adaptive_available=False
+    )
+    assert methods == ("target", "dynamic")
+    assert set(skipped) == {"adaptive", "adaptive-warm"}
+    methods, skipped = bench.runnable_methods(("adaptive",), adaptive_available=True)
+    assert methods == ("target", "adaptive") and not skipped
+
+
+def test_command_line():
+    assert bench.command_line(["/usr/bin/dynaspec", "bench", "--smoke"]) == (
+        "dynaspec bench --smoke"
+    )
+    assert bench.command_line(["/x/dynaspec/bench.py", "--n", "2"]) == (
+        "python -m dynaspec.bench --n 2"
+    )
+    assert bench.command_line(["/x/pytest", "-q"]) is None
+    args = _parse(["--smoke", "--n", "3", "--methods", "dynamic,oracle", "--out", "a b"])
+    assert bench.equivalent_command(args) == (
+        "dynaspec bench --smoke --n 3 --methods dynamic,oracle --out 'a b'"
+    )
