@@ -10,7 +10,7 @@ import torch
 from tiny_models import ScriptedModel
 
 import dynaspec
-from dynaspec.adaptive import AdaptiveConfig, AdaptivePolicy, pool_adjacent_violators
+from dynaspec.adaptive import AdaptivePolicy, pool_adjacent_violators
 from dynaspec.policies import DraftStep, RoundResult
 
 
@@ -105,11 +105,16 @@ def test_draft_that_costs_more_than_it_saves_is_not_used() -> None:
     assert policy.max_lookahead() == 1
 
 
-def test_failed_probes_back_off() -> None:
-    policy = AdaptivePolicy(config=AdaptiveConfig(probe_interval=2, max_probe_interval=8))
-    policy.rounds_without_draft = 2
-    policy.update(result(1, 0, draft_s=0.3, target_s=0.2))
-    assert policy.probe_interval == 4
+def test_probes_back_off_and_skip_expensive_catchups() -> None:
+    policy = trained(draft_s=0.3)
+    interval = policy.probe_interval
+    policy.rounds_without_draft = interval
+    # A draft 1000 tokens behind would cost far more than a target step to catch up.
+    assert policy.max_lookahead(catchup=1000) == 0
+    assert policy.max_lookahead(catchup=1) == 1  # in step: no catch-up to pay
+    policy.update(result(1, 1, draft_s=0.3, target_s=0.2))  # the probe
+    assert policy.probe_interval == 2 * interval
+    assert policy.max_lookahead() == 0  # still not worth drafting, next probe later
 
 
 class Slowed:

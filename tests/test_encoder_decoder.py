@@ -421,7 +421,9 @@ def test_eos_inside_an_accepted_draft(arch: str) -> None:
     assert out.sequences[0].tolist() == expected.tolist()
     first = out.stats.rounds[0]
     assert len(out.stats.rounds) == 1  # EOS was accepted inside the first draft...
-    assert first.num_accepted == 8 and first.num_emitted == position  # ...and cut right after
+    # ...drafting stopped at the drafted EOS, and nothing after it was emitted.
+    assert first.num_drafted == first.num_accepted == first.num_emitted == position
+    assert first.stop_reason == "eos"
 
 
 # ---------------------------------------------------------------------------------------

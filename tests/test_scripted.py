@@ -41,8 +41,9 @@ def reference_rounds(
 ) -> tuple[list[int], list[ExpectedRound]]:
     """Greedy speculative decoding in plain Python with a fixed lookahead per round.
 
-    Returns (tokens, rounds). Each round drafts min(lookahead, room - 1) tokens, accepts the
-    prefix agreeing with the target, adds the target's token, and cuts at EOS / length.
+    Returns (tokens, rounds). Each round drafts min(lookahead, room - 1) tokens (stopping
+    after a drafted EOS), accepts the prefix agreeing with the target, adds the target's
+    token, and cuts at EOS / length.
     """
     tokens = list(prompt)
     rounds = []
@@ -54,6 +55,8 @@ def reference_rounds(
         drafted: list[int] = []
         for _ in range(min(wanted, room - 1)):
             drafted.append(draft_rule(tuple(tokens + drafted)))
+            if drafted[-1] in eos:
+                break
         accepted = 0
         while accepted < len(drafted) and drafted[accepted] == target_rule(
             tuple(tokens + drafted[:accepted])
@@ -158,7 +161,9 @@ def test_eos_inside_an_accepted_draft() -> None:
     )
     assert out.sequences[0].tolist() == [0, 1, 2, 3, 4, 5]
     [record] = out.stats.rounds
-    assert (record.num_drafted, record.num_accepted, record.num_emitted) == (8, 8, 5)
+    # The draft stops at its own EOS: nothing after it could ever be emitted.
+    assert (record.num_drafted, record.num_accepted, record.num_emitted) == (5, 5, 5)
+    assert record.stop_reason == "eos"
     assert out.stats.summary().new_tokens == 5
     assert target.num_cached == 5 and draft.num_cached <= 5
     assert streamer.ended
@@ -172,7 +177,8 @@ def test_eos_as_the_targets_own_token() -> None:
         target_rule, draft_rule, max_new_tokens=20, num_assistant_tokens=4, eos_token_id=[9, 2]
     )
     assert out.sequences[0].tolist() == [0, 1, 2]
-    assert observed(out) == [ExpectedRound(4, 0, 1), ExpectedRound(4, 0, 1)]
+    # Round 1: the draft proposes 2, an EOS, and stops there. Round 2: 3, 5, 7, 9 (EOS).
+    assert observed(out) == [ExpectedRound(1, 0, 1), ExpectedRound(4, 0, 1)]
 
 
 @pytest.mark.parametrize("max_new_tokens", range(1, 11))
@@ -249,7 +255,7 @@ class AlternatingPolicy(ConstantPolicy):
         super().__init__(lookahead)
         self.round = 0
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
         return self.num_assistant_tokens if self.round % 2 else 0
 
     def update(self, result: RoundResult) -> None:

@@ -26,6 +26,12 @@ token is not expected to pay (a_1 < rho * (c + V(2) - V(1))), the round is a pla
 step and the user is never slower than with the target alone (up to the policy's own,
 negligible bookkeeping and a rare probe round that keeps the estimates fresh).
 
+While it does not draft, the draft model falls behind and must later be fed the tokens it
+missed (a catch-up, like a prefill). Probes therefore back off (each waits twice as long as
+the last until drafting pays on its own again) and are skipped when the catch-up would cost
+more than `max_probe_catchup` target steps. A policy object reused across calls that has
+learned drafting does not pay on this machine thus never even runs the draft's prefill.
+
 Estimates (all online, held in this object, robust to a noisy machine)
 ----------------------------------------------------------------------
 - a_j: the draft's confidence (its probability of the token it proposed) mapped through a
@@ -64,6 +70,8 @@ class AdaptiveConfig:
     rate_decay: float = 0.9  # weight of the past in the running rate (tokens per step)
     probe_interval: int = 8  # rounds without drafting before a probe round drafts anyway
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
+    max_probe_catchup: float = 1.0  # no probe when feeding the lagging draft costs more
+    #                                 than this many target steps
 
 
 class AdaptivePolicy:
@@ -83,6 +91,7 @@ class AdaptivePolicy:
         self.bin_accepted = [0.0] * bins  # observed accepted tokens per confidence bin
         self.bin_total = [0.0] * bins  # observed tokens with a known outcome per bin
         self.draft_costs: deque[float] = deque(maxlen=cfg.window)  # seconds per draft token
+        self.catchup_costs: deque[float] = deque(maxlen=cfg.window)  # s per catch-up token
         self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
         self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
         self.rounds_without_draft = 0
@@ -92,13 +101,19 @@ class AdaptivePolicy:
         self._calibration: list[float] | None = None  # cached fit, None when stale
         self._line: tuple[float, float] | None = None  # cached V(n) fit, None when stale
         self._prefix = 1.0  # P_k of the round in progress
+        self._probing = False  # the round in progress is a probe
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
+        """All of max_tokens when the first token is expected to pay (the should_stop rule
+        then ends the draft), else 0, except for a rare cheap probe of one token."""
         self._prefix = 1.0
+        self._probing = False
         if self.first_token_acceptance() > self.threshold(0):
             return self.config.max_tokens
-        if self.rounds_without_draft >= self.probe_interval:
-            return 1  # a probe keeps the estimates fresh; back-off is applied in update()
+        due = self.rounds_without_draft >= self.probe_interval
+        if due and self.catchup_cost(catchup) <= self.config.max_probe_catchup:
+            self._probing = True  # keeps the estimates fresh; backs off in update()
+            return 1
         return 0
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -114,11 +129,10 @@ class AdaptivePolicy:
         if result.num_drafted == 0:
             self.rounds_without_draft += 1
             return
-        probed = self.rounds_without_draft >= self.probe_interval
         self.rounds_without_draft = 0
-        if probed and result.num_accepted == 0:
+        if self._probing:  # each probe waits twice as long as the last ...
             self.probe_interval = min(self.probe_interval * 2, self.config.max_probe_interval)
-        elif result.num_accepted:
+        else:  # ... until drafting pays again on its own
             self.probe_interval = self.config.probe_interval
 
     # ---- the decision -------------------------------------------------------------------
@@ -142,6 +156,13 @@ class AdaptivePolicy:
         bins = self.config.calibration_bins
         index = min(int(confidence * bins), bins - 1)
         return self._calibration[index]
+
+    def catchup_cost(self, catchup: int) -> float:
+        """Target steps to feed a lagging draft the catchup - 1 tokens beyond the usual one."""
+        per_token = self.draft_cost()
+        if self.catchup_costs and self.verify_times:
+            per_token = statistics.median(self.catchup_costs) / self._step_time()
+        return (catchup - 1) * per_token
 
     def draft_cost(self) -> float:
         """Draft time per token in target steps."""
@@ -177,6 +198,11 @@ class AdaptivePolicy:
             self._line = None
         if result.draft_forwards and result.draft_catchup <= 2:
             self.draft_costs.append(result.draft_time_s / result.draft_forwards)
+        elif result.draft_forwards and self.draft_costs:
+            # The first forward fed the whole catch-up; the others one token each.
+            decode = (result.draft_forwards - 1) * statistics.median(self.draft_costs)
+            catchup = max(result.draft_time_s - decode, 0.0)
+            self.catchup_costs.append(catchup / result.draft_catchup)
 
     def _learn_rate(self, result: RoundResult) -> None:
         if result.num_verified != result.num_drafted + 1:

@@ -46,9 +46,11 @@ def speculative_round(
     policy: LookaheadPolicy,
     sampler: TokenSampler,
     max_draft: int,
+    eos_token_ids: tuple[int, ...] = (),
 ) -> _Round:
-    """One round over committed `tokens` (n,); drafts at most `max_draft` tokens."""
-    wanted = policy.max_lookahead() if draft is not None else 0
+    """One round over committed `tokens` (n,); drafts at most `max_draft` tokens, and
+    nothing after a drafted EOS (if the target accepts it, generation ends there)."""
+    wanted = policy.max_lookahead(tokens.numel() - draft.num_cached) if draft is not None else 0
     lookahead = min(wanted, max_draft)
     # "none": nothing wanted; "length": the room left cut the draft (to 0 on the last token).
     stop_reason = "none" if wanted == 0 else ("length" if wanted > max_draft else "max")
@@ -70,6 +72,9 @@ def speculative_round(
             draft_probs.append(probs)
             confidences.append(float(probs[token]))
             step = DraftStep(index, tokens.numel() + index, int(token), confidences[-1])
+            if step.token in eos_token_ids:
+                stop_reason = "eos"
+                break
             if policy.should_stop(step):
                 stop_reason = policy.stop_reason
                 break
@@ -141,7 +146,9 @@ def decode(
     while not done:
         round_start = perf_counter()
         room = limits.max_new_tokens - (length - n0)
-        step = speculative_round(target, draft, tokens[:length], policy, sampler, room - 1)
+        step = speculative_round(
+            target, draft, tokens[:length], policy, sampler, room - 1, limits.eos_token_ids
+        )
         new_tokens, done = _cut(step.new_tokens, room, eos)
         tokens[length : length + new_tokens.numel()] = new_tokens
         length += new_tokens.numel()

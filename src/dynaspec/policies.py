@@ -5,7 +5,10 @@ a policy is added:
 
     reset()                 forget everything learned (called once per generate() unless
                             the caller passes its own policy object to carry state over)
-    max_lookahead() -> int  the most tokens to draft this round (0: no drafting at all)
+    max_lookahead(catchup)  the most tokens to draft this round (0: no drafting at all);
+                            catchup = tokens the draft must be fed before its first
+                            proposal (1 when it is in step, more after rounds without
+                            drafting, the whole prompt in the first round)
     should_stop(step)       after drafting one token: stop drafting now? (the token is kept
                             and sent to the target for checking)
     update(result)          learn from the finished round
@@ -57,7 +60,7 @@ class LookaheadPolicy(Protocol):
 
     def reset(self) -> None: ...
 
-    def max_lookahead(self) -> int: ...
+    def max_lookahead(self, catchup: int = 1) -> int: ...
 
     def should_stop(self, step: DraftStep) -> bool: ...
 
@@ -76,7 +79,7 @@ class ConstantPolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
         return self.num_assistant_tokens
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -103,7 +106,7 @@ class HeuristicPolicy:
     def reset(self) -> None:
         self.lookahead = self.initial
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
         return self.lookahead
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -135,7 +138,7 @@ class DynamicPolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
         return self.num_assistant_tokens
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -163,7 +166,7 @@ class OraclePolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self) -> int:
+    def max_lookahead(self, catchup: int = 1) -> int:
         return self.max_tokens
 
     def should_stop(self, step: DraftStep) -> bool:

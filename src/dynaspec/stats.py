@@ -13,7 +13,7 @@ class RoundRecord:
     num_drafted: int  # tokens the draft proposed
     num_accepted: int  # drafted tokens the target accepted (a prefix of the draft)
     num_emitted: int  # tokens committed: accepted + the target's own, cut at EOS/length
-    stop_reason: str  # why drafting stopped: confidence | max | length | none | <policy's>
+    stop_reason: str  # why drafting stopped: confidence | max | length | eos | none | <policy's>
     draft_forwards: int  # draft forward calls (one per drafted token; catch-up included)
     draft_time_s: float  # wall time inside draft forwards
     target_time_s: float  # wall time inside the target's forward
