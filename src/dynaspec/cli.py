@@ -135,12 +135,33 @@ def run_generate(args: argparse.Namespace) -> int:
         verdict = "identical" if same else "DIFFERENT"
         if args.sample:
             verdict += " (sampling: outputs differ by design; distributions are equal)"
+        elif not same and not getattr(target.config, "is_encoder_decoder", False):
+            verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
         speedup = alone_s / summary.wall_time_s
         print(
             f"[target alone] {alone.stats.summary().line()}\n"
             f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
         )
     return 0
+
+
+def _explain_divergence(
+    target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
+) -> str:
+    """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
+    from dynaspec.bench import classify_mismatch
+
+    start = input_ids.shape[1]
+    divergence = classify_mismatch(
+        target, input_ids, alone[0, start:].tolist(), speculative[0, start:].tolist()
+    )
+    if divergence.kind == "tie":
+        return (
+            f" at new token {divergence.position}: a {divergence.dtype} tie (the target's top"
+            f" logits {divergence.steps:.1f} steps apart; multi-token and single-token forwards"
+            " round differently there), not a bug."
+        )
+    return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
 
 
 def _add_models(subparsers: Any) -> None:

@@ -700,6 +700,12 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
         "loses the replay consistency check)",
     )
     parser.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=2000,
+        help="cut summarization articles at this many characters (default 2000)",
+    )
+    parser.add_argument(
         "--reference-schedule",
         default=None,
         help="decode each reference speculatively with this schedule (lossless, faster) "
@@ -792,6 +798,7 @@ def run_oracle(args: argparse.Namespace) -> int:
         "threads": args.threads,
         "real_oracle": not args.skip_real_oracle,
         "reference_schedule": args.reference_schedule,
+        "max_prompt_chars": args.max_prompt_chars,
         "bench_jsonl": args.bench_jsonl,
         "versions": _versions(),
     }
@@ -867,7 +874,7 @@ def _load_prompt_objects(args: argparse.Namespace) -> list[Any]:
 
     if args.prompts:
         return load_prompt_file(args.prompts)[: args.n]
-    return load_prompts(args.task, args.n, args.seed)
+    return load_prompts(args.task, args.n, args.seed, max_prompt_chars=args.max_prompt_chars)
 
 
 def _prompt_keys(args: argparse.Namespace) -> list[tuple[str, str]]:
