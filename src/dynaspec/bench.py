@@ -505,8 +505,13 @@ class _MethodRunner:
             "other_time_s": summary.other_time_s,
             "inner_wall_time_s": summary.wall_time_s,
             "stop_reasons": dict(Counter(r.stop_reason for r in rounds)),
-            "output_ids": output.sequences[0, input_ids.shape[1] :].tolist(),
+            "output_ids": output.sequences[0, self._lead(input_ids) :].tolist(),
         }
+
+    def _lead(self, input_ids: torch.Tensor) -> int:
+        """Tokens before the new ones in `sequences`: the prompt, or (encoder-decoder) the
+        decoder start token."""
+        return 1 if _is_encoder_decoder(self.target) else input_ids.shape[1]
 
     def _measure_hf(self, input_ids: torch.Tensor, assist: HFAssistConfig | None) -> dict[str, Any]:
         result = self.peer.generate(
@@ -516,7 +521,7 @@ class _MethodRunner:
             pad_token_id=self.pad_token_id,
             assist=assist,
         )
-        new_ids = result.sequences[0, input_ids.shape[1] :].tolist()
+        new_ids = result.sequences[0, self._lead(input_ids) :].tolist()
         wall = result.wall_time_s
         drafted = sum(result.drafted_per_round)
         accepted = sum(result.accepted_per_round)
@@ -659,6 +664,10 @@ def classify_logits(
     )
 
 
+def _is_encoder_decoder(model: Any) -> bool:
+    return bool(getattr(model.config, "is_encoder_decoder", False))
+
+
 def classify_mismatch(
     target: Any,
     input_ids: torch.Tensor,
@@ -674,11 +683,17 @@ def classify_mismatch(
     torch_dtype = getattr(torch, dtype) if dtype else next(target.parameters()).dtype
     target_token = reference[position] if position < len(reference) else None
     method_token = output[position] if position < len(output) else None
-    prefix = torch.cat(
-        [input_ids[0].cpu(), torch.tensor(list(reference[:position]), dtype=torch.long)]
-    ).to(next(target.parameters()).device)
+    device = next(target.parameters()).device
+    common = torch.tensor(list(reference[:position]), dtype=torch.long)
     with torch.inference_mode():
-        logits = target(input_ids=prefix[None]).logits[0, -1]  # (V,)
+        if _is_encoder_decoder(target):
+            start = torch.tensor([target.generation_config.decoder_start_token_id])
+            decoder = torch.cat([start, common]).to(device)
+            logits = target(input_ids=input_ids.to(device), decoder_input_ids=decoder[None])
+        else:
+            prefix = torch.cat([input_ids[0].cpu(), common]).to(device)
+            logits = target(input_ids=prefix[None])
+        logits = logits.logits[0, -1]  # (V,)
     return classify_logits(logits, position, target_token, method_token, torch_dtype, tie_steps)
 
 
