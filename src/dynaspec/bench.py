@@ -47,9 +47,7 @@ import importlib.util
 import json
 import math
 import os
-import platform
 import shlex
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -64,6 +62,7 @@ from dynaspec.decoding import generate
 from dynaspec.errors import ConfigError
 from dynaspec.hf_peer import HF_DYNAMIC, HF_HEURISTIC, HFAssistConfig, HFPeer, sklearn_available
 from dynaspec.policies import OraclePolicy
+from dynaspec.provenance import git_state, library_versions, machine_info
 
 
 @dataclass(frozen=True)
@@ -765,57 +764,6 @@ def run_metadata(
         "machine": machine_info(),
         "git": git_state(),
     }
-
-
-def library_versions() -> dict[str, str | None]:
-    """Versions of the libraries that decide the timings."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "dynaspec", "tokenizers", "numpy"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def machine_info() -> dict[str, Any]:
-    """Platform, CPU model and counts, torch threads."""
-    cpu_model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    affinity = getattr(os, "sched_getaffinity", None)
-    return {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_model": cpu_model or platform.processor() or None,
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": len(affinity(0)) if affinity else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-    }
-
-
-def git_state() -> dict[str, Any]:
-    """HEAD commit of the dynaspec source tree and whether the tree has changes."""
-    root = Path(__file__).resolve().parent
-
-    def git(*argv: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *argv], cwd=root, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    sha = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain") if sha else None
-    return {"sha": sha, "dirty": bool(status) if status is not None else None}
 
 
 # ---- loading ----------------------------------------------------------------------------

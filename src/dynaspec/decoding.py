@@ -69,7 +69,8 @@ def speculative_round(
             probs = sampler.probs(logits[None])[0]  # (V,)
             token = sampler.pick(logits, probs)
             drafted.append(token)
-            draft_probs.append(probs)
+            if sampler.config.do_sample:  # only speculative sampling needs the rows
+                draft_probs.append(probs)
             confidences.append(float(probs[token]))
             step = DraftStep(index, tokens.numel() + index, int(token), confidences[-1])
             if step.token in eos_token_ids:

@@ -70,6 +70,7 @@ from dynaspec.policies import (
     RoundResult,
     make_policy,
 )
+from dynaspec.provenance import git_state, library_versions, machine_info
 from dynaspec.stats import GenerationStats
 from dynaspec.validation import eos_ids
 
@@ -800,7 +801,9 @@ def run_oracle(args: argparse.Namespace) -> int:
         "reference_schedule": args.reference_schedule,
         "max_prompt_chars": args.max_prompt_chars,
         "bench_jsonl": args.bench_jsonl,
-        "versions": _versions(),
+        "versions": library_versions(),
+        "machine": machine_info(),
+        "git": git_state(),
     }
     summary = oracle_report.build_summary(ordered, profile, config, bench)
     paths = oracle_report.write_report(summary, ordered, out)
@@ -926,18 +929,3 @@ def _load_costs(out: Path, setup: dict[str, Any]) -> CostProfile | None:
 def _command_line() -> str:
     argv = [os.path.basename(sys.argv[0]) or "dynaspec", *sys.argv[1:]]
     return " ".join(shlex.quote(a) for a in argv)
-
-
-def _versions() -> dict[str, str]:
-    import platform
-
-    import transformers
-
-    import dynaspec
-
-    return {
-        "dynaspec": dynaspec.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
