@@ -117,12 +117,56 @@ def test_probes_back_off_and_skip_expensive_catchups() -> None:
     assert policy.max_lookahead() == 0  # still not worth drafting, next probe later
 
 
-class Slowed:
-    """Wraps an adapter so every forward takes at least `seconds` (an artificially slow model)."""
+def test_cold_policy_weighs_the_drafts_catchup_against_the_tokens_left() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    # Nothing timed yet: the first round (the prompt's prefill) is a plain target step.
+    assert policy.max_lookahead(catchup=200, remaining=1000) == 0
+    policy.update(RoundResult(0, 0, (), 0.0, 20.0, 200, 0, 0))  # prefill: 0.1 s per token
+    assert policy.max_lookahead(catchup=201, remaining=1000) == 0  # no target step timed yet
+    policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))  # one step: 0.2 s
+    # Catch-up of 201 extra tokens at c (prior 0.25) x 0.1 s / 0.2 s = 0.125 steps each.
+    assert policy.catchup_cost(202) == pytest.approx(25.125)
+    # Priors a = 0.8, c = 0.25, V(n) = 1 + 0.05 (n - 1): k = 3 is best, 2.952 / 1.9.
+    assert policy.expected_rate() == pytest.approx(2.952 / 1.9)
+    # Savings R (1 - 1.9 / 2.952) against 2 x 25.125: 35.6 for R = 100, 71.3 for R = 200.
+    assert policy.max_lookahead(catchup=202, remaining=100) == 0
+    assert policy.max_lookahead(catchup=202, remaining=200) == 20
+    assert policy.max_lookahead(catchup=1, remaining=3) == 20  # in step: nothing to repay
 
-    def __init__(self, inner: ScriptedModel, seconds: float) -> None:
+
+def test_expensive_prefill_before_a_short_generation_never_starts_the_draft() -> None:
+    prompt = torch.tensor([[i % 16 for i in range(40)]])
+    # Target: 10 ms per forward + 4 ms per token, so its 40-token prefill costs ~12 steps.
+    target = Slowed(counting_model(), 0.01, per_token=0.004)
+    alone = dynaspec.generate(target, None, prompt, max_new_tokens=60)
+    runs = {}
+    for new_tokens in (8, 60):
+        draft = Slowed(counting_model(), 0.001)
+        runs[new_tokens] = dynaspec.generate(
+            target,
+            draft,
+            prompt,
+            max_new_tokens=new_tokens,
+            num_assistant_tokens_schedule="adaptive",
+        )
+        expected = alone.sequences[:, : prompt.shape[1] + new_tokens]
+        assert torch.equal(runs[new_tokens].sequences, expected)
+    # Catch-up ~ 0.25 x 41 x 0.3 = 3.1 steps; savings ~ 0.36 per token left.
+    # 8 tokens: 6 left after the two measuring steps, savings 2.1 < 2 x 3.1: never drafts.
+    assert [r.num_drafted for r in runs[8].stats.rounds] == [0] * 8
+    # 60 tokens: 58 left, savings ~21: drafting starts in the third round.
+    drafted = [r.num_drafted for r in runs[60].stats.rounds]
+    assert drafted[:2] == [0, 0] and drafted[2] > 0
+
+
+class Slowed:
+    """Wraps an adapter so every forward takes at least `seconds` + `per_token` per token
+    (an artificially slow model)."""
+
+    def __init__(self, inner: ScriptedModel, seconds: float, per_token: float = 0.0) -> None:
         self.inner = inner
         self.seconds = seconds
+        self.per_token = per_token
         self.vocab_size = inner.vocab_size
         self.max_length = inner.max_length
         self.is_encoder_decoder = False
@@ -135,7 +179,7 @@ class Slowed:
         return self.inner.begin(input_ids)
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
-        time.sleep(self.seconds)
+        time.sleep(self.seconds + self.per_token * new_tokens.numel())
         return self.inner.forward(new_tokens, num_logits)
 
     def crop(self, num_tokens: int) -> None:

@@ -255,7 +255,7 @@ class AlternatingPolicy(ConstantPolicy):
         super().__init__(lookahead)
         self.round = 0
 
-    def max_lookahead(self, catchup: int = 1) -> int:
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens if self.round % 2 else 0
 
     def update(self, result: RoundResult) -> None:

@@ -26,11 +26,30 @@ token is not expected to pay (a_1 < rho * (c + V(2) - V(1))), the round is a pla
 step and the user is never slower than with the target alone (up to the policy's own,
 negligible bookkeeping and a rare probe round that keeps the estimates fresh).
 
-While it does not draft, the draft model falls behind and must later be fed the tokens it
-missed (a catch-up, like a prefill). Probes therefore back off (each waits twice as long as
-the last until drafting pays on its own again) and are skipped when the catch-up would cost
-more than `max_probe_catchup` target steps. A policy object reused across calls that has
-learned drafting does not pay on this machine thus never even runs the draft's prefill.
+Starting the draft is an investment
+-----------------------------------
+A draft that is behind (the prompt in the first round, or tokens skipped while not drafting)
+must first be fed the tokens it missed, a catch-up that costs like a prefill: C target
+steps, paid once. It pays back only over the tokens still to come. Drafting pays rho_s
+tokens per target step against 1 for the target alone, so over the R tokens the call may
+still emit it saves about S = R * (1 - 1 / rho_s) steps. rho_s is estimated before any
+drafting, with a geometric model: every drafted token accepted with the first-token
+acceptance a_1, and the best lookahead k, rho_s = max_k (1 + a_1 + ... + a_1^k) / t(k).
+The policy pays the catch-up only when S >= start_margin * C (default 2): C is nearly
+certain once measured, S rests on priors until the first rounds, and a fresh policy spends a
+few rounds learning. Until C can be estimated at all, rounds are plain target steps, which
+cost exactly what the target alone costs: the first (the target's prefill) measures the
+target's time per prompt token, the second the time of one step, and C is estimated as
+c * (catch-up tokens) * (target prefill seconds per token) / (target step seconds), until an
+actual catch-up has been timed. A short generation after a long prompt on hardware where a
+draft token is dear therefore never runs the draft at all; on a GPU, where a prefill costs
+about a step, the same rule starts drafting in the third round.
+
+While it does not draft, the draft falls behind again. Probes therefore back off (each waits
+twice as long as the last until drafting pays on its own again) and are skipped when the
+catch-up would cost more than `max_probe_catchup` target steps. A policy object reused
+across calls that has learned drafting does not pay on this machine thus never even runs the
+draft's prefill.
 
 Estimates (all online, held in this object, robust to a noisy machine)
 ----------------------------------------------------------------------
@@ -41,8 +60,9 @@ Estimates (all online, held in this object, robust to a noisy machine)
 - c and V(n): medians over a window of recent rounds (a median ignores the occasional
   slow step); V(n) is a least-squares line through the per-n medians with a slope >= 0.
   Rounds whose forwards include a catch-up (the prompt, or tokens skipped while not
-  drafting) are not used for the per-token costs.
-- Priors until measured: c = 0.25, V(n) = 1 + 0.05 (n - 1), calibration = identity.
+  drafting) are not used for the per-token costs; they give the catch-up costs instead.
+- Priors until measured: c = 0.25, V(n) = 1 + 0.05 (n - 1), calibration = identity,
+  a_1 = 0.8 (optimistic, so that a fresh policy tries drafting where starting is cheap).
 
 Assumptions: acceptances within a round are independent given the confidences; the cost of
 a draft token does not depend on its position; bookkeeping time is small against a forward.
@@ -72,6 +92,10 @@ class AdaptiveConfig:
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
     max_probe_catchup: float = 1.0  # no probe when feeding the lagging draft costs more
     #                                 than this many target steps
+    start_margin: float = 2.0  # feed a lagging draft (start it) only when the expected
+    #                            savings over the tokens left are this many times the cost
+    min_prefill_tokens: int = 4  # a target forward over at least this many unseen tokens
+    #                              times the target's prefill (per token)
 
 
 class AdaptivePolicy:
@@ -92,6 +116,7 @@ class AdaptivePolicy:
         self.bin_total = [0.0] * bins  # observed tokens with a known outcome per bin
         self.draft_costs: deque[float] = deque(maxlen=cfg.window)  # seconds per draft token
         self.catchup_costs: deque[float] = deque(maxlen=cfg.window)  # s per catch-up token
+        self.prefill_costs: deque[float] = deque(maxlen=cfg.window)  # target s per prompt token
         self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
         self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
         self.rounds_without_draft = 0
@@ -103,15 +128,18 @@ class AdaptivePolicy:
         self._prefix = 1.0  # P_k of the round in progress
         self._probing = False  # the round in progress is a probe
 
-    def max_lookahead(self, catchup: int = 1) -> int:
-        """All of max_tokens when the first token is expected to pay (the should_stop rule
-        then ends the draft), else 0, except for a rare cheap probe of one token."""
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
+        """All of max_tokens when the first token is expected to pay and a lagging draft is
+        worth feeding (the should_stop rule then ends the draft), else 0, except for a rare
+        cheap probe of one token. `remaining` = tokens the call may still emit (None:
+        unbounded)."""
         self._prefix = 1.0
         self._probing = False
         if self.first_token_acceptance() > self.threshold(0):
-            return self.config.max_tokens
+            return self.config.max_tokens if self.worth_starting(catchup, remaining) else 0
         due = self.rounds_without_draft >= self.probe_interval
-        if due and self.catchup_cost(catchup) <= self.config.max_probe_catchup:
+        cost = self.catchup_cost(catchup)
+        if due and cost is not None and cost <= self.config.max_probe_catchup:
             self._probing = True  # keeps the estimates fresh; backs off in update()
             return 1
         return 0
@@ -142,6 +170,31 @@ class AdaptivePolicy:
         marginal -= self.verify_cost(num_drafted + 1)
         return max(self.rate, 1.0) * marginal
 
+    def worth_starting(self, catchup: int, remaining: int | None) -> bool:
+        """Whether the draft's catch-up (paid now) is repaid by the tokens left: expected
+        savings >= start_margin * catch-up cost (module docstring). A draft in step (at most
+        one token beyond the usual one to feed) always is."""
+        if catchup <= 2:
+            return True
+        cost = self.catchup_cost(catchup)
+        if cost is None:  # not measurable yet: a plain target step measures it
+            return False
+        if remaining is None:
+            return True
+        savings = remaining * (1.0 - 1.0 / self.expected_rate())
+        return savings >= self.config.start_margin * cost
+
+    def expected_rate(self) -> float:
+        """Tokens per target step expected from drafting, before any confidence is seen:
+        max over k of (1 + a + ... + a^k) / (k c + V(k + 1)), a = first-token acceptance."""
+        accept, cost = self.first_token_acceptance(), self.draft_cost()
+        best, tokens, prefix = 1.0, 1.0, 1.0
+        for k in range(1, self.config.max_tokens + 1):
+            prefix *= accept
+            tokens += prefix
+            best = max(best, tokens / (k * cost + self.verify_cost(k + 1)))
+        return best
+
     def first_token_acceptance(self) -> float:
         """a_1 before the round: observed first-token acceptance behind an optimistic prior
         (so that a fresh policy tries drafting, and learns)."""
@@ -157,11 +210,21 @@ class AdaptivePolicy:
         index = min(int(confidence * bins), bins - 1)
         return self._calibration[index]
 
-    def catchup_cost(self, catchup: int) -> float:
-        """Target steps to feed a lagging draft the catchup - 1 tokens beyond the usual one."""
-        per_token = self.draft_cost()
-        if self.catchup_costs and self.verify_times:
+    def catchup_cost(self, catchup: int) -> float | None:
+        """Target steps to feed a lagging draft the catchup - 1 tokens beyond the usual one;
+        None while that cannot be estimated (no target step timed, and neither a catch-up
+        nor the target's prefill)."""
+        if catchup <= 1:
+            return 0.0
+        if not self.verify_times:
+            return None
+        if self.catchup_costs:
             per_token = statistics.median(self.catchup_costs) / self._step_time()
+        elif self.prefill_costs:  # the draft's prefill ~ c times the target's
+            per_token = self.draft_cost() * statistics.median(self.prefill_costs)
+            per_token /= self._step_time()
+        else:
+            return None
         return (catchup - 1) * per_token
 
     def draft_cost(self) -> float:
@@ -190,12 +253,15 @@ class AdaptivePolicy:
         self._calibration = None
 
     def _learn_costs(self, result: RoundResult) -> None:
-        if result.num_verified == result.num_drafted + 1:  # no catch-up (prompt) inside
+        unseen = result.num_verified - result.num_drafted  # tokens the target had not seen
+        if unseen == 1:  # no catch-up (prompt) inside
             times = self.verify_times.setdefault(
                 result.num_verified, deque(maxlen=self.config.window)
             )
             times.append(result.target_time_s)
             self._line = None
+        elif unseen >= self.config.min_prefill_tokens:
+            self.prefill_costs.append(result.target_time_s / result.num_verified)
         if result.draft_forwards and result.draft_catchup <= 2:
             self.draft_costs.append(result.draft_time_s / result.draft_forwards)
         elif result.draft_forwards and self.draft_costs:

@@ -50,7 +50,9 @@ def speculative_round(
 ) -> _Round:
     """One round over committed `tokens` (n,); drafts at most `max_draft` tokens, and
     nothing after a drafted EOS (if the target accepts it, generation ends there)."""
-    wanted = policy.max_lookahead(tokens.numel() - draft.num_cached) if draft is not None else 0
+    wanted = 0
+    if draft is not None:  # the draft's catch-up, and the most tokens still to emit
+        wanted = policy.max_lookahead(tokens.numel() - draft.num_cached, max_draft + 1)
     lookahead = min(wanted, max_draft)
     # "none": nothing wanted; "length": the room left cut the draft (to 0 on the last token).
     stop_reason = "none" if wanted == 0 else ("length" if wanted > max_draft else "max")

@@ -385,8 +385,8 @@ class SimulatedTimePolicy:
     def reset(self) -> None:
         self.inner.reset()
 
-    def max_lookahead(self, catchup: int = 1) -> int:
-        return self.inner.max_lookahead(catchup)
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
+        return self.inner.max_lookahead(catchup, remaining)
 
     def should_stop(self, step: DraftStep) -> bool:
         return self.inner.should_stop(step)

@@ -5,10 +5,12 @@ a policy is added:
 
     reset()                 forget everything learned (called once per generate() unless
                             the caller passes its own policy object to carry state over)
-    max_lookahead(catchup)  the most tokens to draft this round (0: no drafting at all);
+    max_lookahead(catchup, remaining)
+                            the most tokens to draft this round (0: no drafting at all);
                             catchup = tokens the draft must be fed before its first
                             proposal (1 when it is in step, more after rounds without
-                            drafting, the whole prompt in the first round)
+                            drafting, the whole prompt in the first round); remaining =
+                            the most tokens the call can still emit (None: unknown)
     should_stop(step)       after drafting one token: stop drafting now? (the token is kept
                             and sent to the target for checking)
     update(result)          learn from the finished round
@@ -60,7 +62,7 @@ class LookaheadPolicy(Protocol):
 
     def reset(self) -> None: ...
 
-    def max_lookahead(self, catchup: int = 1) -> int: ...
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int: ...
 
     def should_stop(self, step: DraftStep) -> bool: ...
 
@@ -79,7 +81,7 @@ class ConstantPolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self, catchup: int = 1) -> int:
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -106,7 +108,7 @@ class HeuristicPolicy:
     def reset(self) -> None:
         self.lookahead = self.initial
 
-    def max_lookahead(self, catchup: int = 1) -> int:
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.lookahead
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -138,7 +140,7 @@ class DynamicPolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self, catchup: int = 1) -> int:
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens
 
     def should_stop(self, step: DraftStep) -> bool:
@@ -166,7 +168,7 @@ class OraclePolicy:
     def reset(self) -> None:
         pass
 
-    def max_lookahead(self, catchup: int = 1) -> int:
+    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.max_tokens
 
     def should_stop(self, step: DraftStep) -> bool:
