@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tiny_models import ScriptedModel, shift_rule
 
@@ -29,6 +31,16 @@ def test_hand_computed_example():
     assert predicted_speedup(ROUNDS, PROFILE, new_tokens=9) == pytest.approx(9 / 4.8)
 
 
+def test_hand_computed_example_with_prefill():
+    # The docstring's second example: 10 prompt tokens, p_t = 0.2 s, p_d = 0.05 s.
+    profile = dataclasses.replace(PROFILE, target_prefill_token_s=0.2, draft_prefill_token_s=0.05)
+    assert predicted_time(ROUNDS, profile, prompt_tokens=10) == pytest.approx(7.3)
+    assert baseline_time(10, profile, prompt_tokens=10) == pytest.approx(12.0)
+    assert predicted_speedup(ROUNDS, profile, prompt_tokens=10) == pytest.approx(12 / 7.3)
+    # A decode that never drafts never runs the draft, so pays no draft prefill.
+    assert predicted_speedup([(0, 0)] * 5, profile, prompt_tokens=10) == pytest.approx(1.0)
+
+
 def test_target_alone_rounds_give_speedup_one():
     assert predicted_speedup([(0, 0)] * 7, PROFILE) == pytest.approx(1.0)
 
@@ -40,7 +52,7 @@ def test_overhead_per_round():
 
 
 def test_pooled_speedup_adds_times():
-    decodes = [(ROUNDS, 10), ([(0, 0)] * 4, 4)]
+    decodes = [(ROUNDS, 10, 0), ([(0, 0)] * 4, 4, 0)]
     # (10 + 4) s alone against (4.8 + 4) s
     assert pooled_speedup(decodes, PROFILE) == pytest.approx(14 / 8.8)
 
@@ -67,6 +79,10 @@ def test_json_roundtrip():
     data = PROFILE.to_json()
     assert data["draft_cost_ratio"] == pytest.approx(0.1)
     assert CostProfile.from_json(data) == PROFILE
+    with_prefill = dataclasses.replace(PROFILE, target_prefill_token_s=0.2)
+    assert CostProfile.from_json(with_prefill.to_json()) == with_prefill
+    del data["target_prefill_token_s"], data["draft_prefill_token_s"]  # an older file
+    assert CostProfile.from_json(data).target_prefill_token_s == 0.0
 
 
 def test_measure_costs_on_fake_models():
@@ -80,3 +96,7 @@ def test_measure_costs_on_fake_models():
     # every timed forward appended to the cached prompt, then was cropped back
     assert [len(call) for call in target.calls[1:5]] == [1, 2, 3, 4]
     assert target.num_cached == 0 and draft.num_cached == 0
+    # then each prefix was prefilled again, on an empty cache, for p_t and p_d
+    assert [len(call) for call in target.calls[-2:]] == [3, 3]
+    assert [len(call) for call in draft.calls[-2:]] == [3, 3]
+    assert profile.target_prefill_token_s > 0 and profile.draft_prefill_token_s > 0

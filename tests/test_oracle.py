@@ -44,6 +44,7 @@ from dynaspec.oracle_report import (
     render_markdown,
     run_shares,
 )
+from dynaspec.policies import RoundResult
 
 VOCAB = 16
 PROMPT = torch.tensor([[0, 1, 2, 3]])
@@ -255,6 +256,29 @@ def test_simulated_time_policy_hands_cost_model_times():
     assert (draft_s, target_s, verified) == (pytest.approx(0.2), pytest.approx(1.2), 3)
     wrapped = SimulatedTimePolicy(dynaspec.DynamicPolicy(20, 0.4), PROFILE)
     assert wrapped.name == "dynamic" and wrapped.stop_reason == "confidence"
+
+
+def test_simulated_time_policy_charges_catchups_at_the_prefill_rate():
+    seen = []
+
+    class Recorder(dynaspec.ConstantPolicy):
+        def update(self, result):
+            seen.append((result.draft_time_s, result.target_time_s))
+
+    profile = CostProfile(
+        draft_token_s=0.1,
+        verify_s=(1.0, 1.1),
+        target_prefill_token_s=0.3,
+        draft_prefill_token_s=0.05,
+    )
+    wrapped = SimulatedTimePolicy(Recorder(2), profile)
+    # The prompt round: the draft catches up 8 tokens, then drafts 1 more; the target
+    # verifies the 8 prompt tokens + 2 drafted.
+    wrapped.update(RoundResult(2, 1, (0.9, 0.9), 9.0, 9.0, 10, 2, draft_catchup=8))
+    # 8 x 0.05 + (2 - 1) x 0.1 for the draft, 10 x 0.3 for the target
+    assert seen[0] == (pytest.approx(0.5), pytest.approx(3.0))
+    wrapped.update(RoundResult(1, 1, (0.9,), 9.0, 9.0, 2, 1, draft_catchup=1))
+    assert seen[1] == (pytest.approx(0.1), pytest.approx(1.1))  # a usual round: c_d, T(2)
 
 
 def test_tiny_llama_replay_matches_real_static_and_oracle_runs():

@@ -86,6 +86,7 @@ SMOKE_PROMPTS = 2  # --n with --smoke
 SMOKE_NEW_TOKENS = 32  # --max-new-tokens with --smoke
 RECORDS_FILE = "oracle_records.jsonl"  # one PromptRecord per line (the raw measurements)
 COSTS_FILE = "oracle_costs.json"  # the measured CostProfile
+COST_MAX_TOKENS = 21  # T(n) measured for n = 1..21: the longest default draft + 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,7 +371,9 @@ class SimulatedTimePolicy:
     In a replay the forwards cost nothing, so a policy that learns costs online (adaptive)
     would see meaningless times. This wrapper hands it each round's result with
     `draft_time_s = draft_forwards * c_d` and `target_time_s = T(num_verified)` from a
-    CostProfile; everything else passes through unchanged.
+    CostProfile. When the profile has prefill costs, a forward over a catch-up (the prompt,
+    or tokens skipped) costs its tokens x p_t (target) or p_d (draft) instead. Everything
+    else passes through unchanged.
     """
 
     def __init__(self, inner: LookaheadPolicy, profile: CostProfile) -> None:
@@ -392,12 +395,18 @@ class SimulatedTimePolicy:
         return self.inner.should_stop(step)
 
     def update(self, result: RoundResult) -> None:
-        simulated = dataclasses.replace(
-            result,
-            draft_time_s=result.draft_forwards * self.profile.draft_token_s,
-            target_time_s=self.profile.verify_time(result.num_verified),
+        profile = self.profile
+        draft_time = result.draft_forwards * profile.draft_token_s
+        target_time = profile.verify_time(result.num_verified)
+        if profile.target_prefill_token_s > 0:  # catch-ups cost like the prefill
+            if result.num_verified > result.num_drafted + 1:
+                target_time = result.num_verified * profile.target_prefill_token_s
+            if result.draft_forwards and result.draft_catchup > 2:
+                draft_time += result.draft_catchup * profile.draft_prefill_token_s
+                draft_time -= profile.draft_token_s
+        self.inner.update(
+            dataclasses.replace(result, draft_time_s=draft_time, target_time_s=target_time)
         )
-        self.inner.update(simulated)
 
 
 # ---------------------------------------------------------------------------------------
@@ -716,6 +725,19 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
         "--cost-reps", type=int, default=5, help="repetitions per point of the cost measurement"
     )
     parser.add_argument(
+        "--cost-max-n",
+        type=int,
+        default=COST_MAX_TOKENS,
+        help=f"measure T(n) for n = 1..N verified tokens (default {COST_MAX_TOKENS}: a draft "
+        "of 20 plus the target's own token); larger n are extrapolated",
+    )
+    parser.add_argument(
+        "--remeasure-costs",
+        action="store_true",
+        help="with --resume: measure the costs afresh (run it on an otherwise idle machine) "
+        "and keep the prompts already measured",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help=f"reuse prompts already measured in OUT/{RECORDS_FILE} and OUT/{COSTS_FILE}; "
@@ -746,7 +768,7 @@ def run_oracle(args: argparse.Namespace) -> int:
     prompt_keys = _prompt_keys(args)
     setup = _setup(args)
     records = _load_records(out, args) if args.resume else {}
-    profile = _load_costs(out, setup) if args.resume else None
+    profile = _load_costs(out, setup) if args.resume and not args.remeasure_costs else None
     todo = [key for key in prompt_keys if key not in records]
     records_path = out / RECORDS_FILE
     if not args.resume or not records_path.exists():
@@ -754,7 +776,9 @@ def run_oracle(args: argparse.Namespace) -> int:
     if profile is None:
         prompts = models.prompts(prompt_keys[:1])
         target, draft = models.pair()
-        profile = measure_costs(target, draft, prompts[0].input_ids, reps=args.cost_reps)
+        profile = measure_costs(
+            target, draft, prompts[0].input_ids, max_tokens=args.cost_max_n, reps=args.cost_reps
+        )
         costs = {**profile.to_json(), "setup": setup}
         (out / COSTS_FILE).write_text(json.dumps(costs, indent=2) + "\n")
     specs = default_policy_specs()

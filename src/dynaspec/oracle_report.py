@@ -128,8 +128,10 @@ def forward_counts(rounds: Sequence[RoundInfo]) -> dict[str, int]:
     return {"target": len(rounds), "draft": sum(r.draft_forwards for r in rounds)}
 
 
-def _decode_for_cost(rounds: Sequence[RoundInfo]) -> tuple[list[tuple[int, int]], int]:
-    return [(r.drafted, r.accepted) for r in rounds], sum(r.emitted for r in rounds)
+def _decode_for_cost(
+    rounds: Sequence[RoundInfo], prompt_tokens: int
+) -> tuple[list[tuple[int, int]], int, int]:
+    return [(r.drafted, r.accepted) for r in rounds], sum(r.emitted for r in rounds), prompt_tokens
 
 
 def method_names(analyses: Sequence[PromptAnalysis]) -> list[str]:
@@ -272,7 +274,9 @@ def group_summary(
             totals.update(forward_counts(analysis.replays[method]))
         counts[method] = dict(totals)
     predicted = {
-        method: pooled_speedup((_decode_for_cost(a.replays[method]) for a in analyses), profile)
+        method: pooled_speedup(
+            (_decode_for_cost(a.replays[method], a.record.num_first) for a in analyses), profile
+        )
         for method in methods
     }
     real = [a for a in analyses if a.record.real_oracle is not None]
@@ -282,7 +286,8 @@ def group_summary(
             totals.update(forward_counts(analysis.record.real_oracle or ()))
         counts[REAL_ORACLE] = dict(totals)
         predicted[REAL_ORACLE] = pooled_speedup(
-            (_decode_for_cost(a.record.real_oracle or ()) for a in real), profile
+            (_decode_for_cost(a.record.real_oracle or (), a.record.num_first) for a in real),
+            profile,
         )
     inconsistent = [
         {"id": a.record.prompt_id, "task": a.record.task, "round": a.first_inconsistent_round()}
@@ -514,11 +519,12 @@ def render_markdown(summary: dict[str, Any], plot_names: Sequence[str] = ()) -> 
         "",
         "## Expected speedup (cost model)",
         "",
-        "Predicted time of a decode = sum over its rounds of (drafted x c_d + T(drafted + 1)); "
-        "target alone = new tokens x T(1); predicted speedup = the ratio, pooled over the "
-        "prompts of a group (dynaspec/cost_model.py). Measured on this machine: "
+        "Predicted time of a decode = prompt tokens x (p_t + p_d if it drafts at all) + sum "
+        "over its rounds of (drafted x c_d + T(drafted + 1)); target alone = prompt tokens x "
+        "p_t + new tokens x T(1); predicted speedup = the ratio, pooled over the prompts of a "
+        "group (dynaspec/cost_model.py). Measured on this machine: "
         f"c_d = {profile['draft_token_s'] * 1000:.1f} ms per draft token "
-        f"({profile['draft_cost_ratio']:.2f} target steps), {verify} ms.",
+        f"({profile['draft_cost_ratio']:.2f} target steps), {verify} ms; " + _prefill_text(profile),
         "",
     ]
     any_measured = any(groups[name]["measured_speedup"] for name in names)
@@ -637,6 +643,16 @@ def _measured(measured: dict[str, float], method: str) -> float | None:
         if canonical_method(name) == wanted:
             return value
     return None
+
+
+def _prefill_text(profile: dict[str, Any]) -> str:
+    target, draft = (
+        profile.get("target_prefill_token_s", 0),
+        profile.get("draft_prefill_token_s", 0),
+    )
+    if not target:
+        return "prefill not measured (p_t = p_d = 0: left out)."
+    return f"prefill per prompt token p_t = {target * 1000:.1f} ms, p_d = {draft * 1000:.1f} ms."
 
 
 def _is_replayed(name: str, predicted: dict[str, float]) -> bool:
