@@ -121,26 +121,39 @@ def test_cold_policy_weighs_the_drafts_catchup_against_the_tokens_left() -> None
     policy = AdaptivePolicy(max_tokens=20)
     # Nothing timed yet: the first round (the prompt's prefill) is a plain target step.
     assert policy.max_lookahead(catchup=200, remaining=1000) == 0
-    policy.update(RoundResult(0, 0, (), 0.0, 20.0, 200, 0, 0))  # prefill: 0.1 s per token
+    policy.update(RoundResult(0, 0, (), 0.0, 2.0, 200, 0, 0))  # prefill: 0.01 s per token
     assert policy.max_lookahead(catchup=201, remaining=1000) == 0  # no target step timed yet
     policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))  # one step: 0.2 s
-    # Catch-up of 201 extra tokens at c (prior 0.25) x 0.1 s / 0.2 s = 0.125 steps each.
-    assert policy.catchup_cost(202) == pytest.approx(25.125)
-    # Priors a = 0.8, c = 0.25, V(n) = 1 + 0.05 (n - 1): k = 3 is best, 2.952 / 1.9.
+    # Until several tokens are verified, the prefill gives the slope: 0.01 s = 0.05 steps.
+    assert policy.verify_cost(6) == pytest.approx(1.25)
+    # Catch-up of 201 extra tokens at c (prior 0.25) x 0.01 s / 0.2 s = 0.0125 steps each.
+    assert policy.catchup_cost(202) == pytest.approx(2.5125)
+    # a = 0.8 (prior), c = 0.25, V(n) = 1 + 0.05 (n - 1): k = 3 is best, 2.952 / 1.9.
     assert policy.expected_rate() == pytest.approx(2.952 / 1.9)
-    # Savings R (1 - 1.9 / 2.952) against 2 x 25.125: 35.6 for R = 100, 71.3 for R = 200.
-    assert policy.max_lookahead(catchup=202, remaining=100) == 0
-    assert policy.max_lookahead(catchup=202, remaining=200) == 20
+    # Savings R (1 - 1.9 / 2.952) against 2 x 2.5125: 3.56 for R = 10, 7.13 for R = 20.
+    assert policy.max_lookahead(catchup=202, remaining=10) == 0
+    assert policy.max_lookahead(catchup=202, remaining=20) == 20
     assert policy.max_lookahead(catchup=1, remaining=3) == 20  # in step: nothing to repay
+
+
+def test_expensive_prefill_means_expensive_verification() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(RoundResult(0, 0, (), 0.0, 20.0, 200, 0, 0))  # 0.1 s per prompt token
+    policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))
+    # Slope 0.5 steps per verified token: k = 1 is best, 1.8 / (0.25 + 1.5).
+    assert policy.expected_rate() == pytest.approx(1.8 / 1.75)
+    # Catch-up 201 x 0.25 x 0.5 = 25.1 steps; even 1000 tokens save only 1000 x 0.028.
+    assert policy.max_lookahead(catchup=202, remaining=1000) == 0
 
 
 def test_expensive_prefill_before_a_short_generation_never_starts_the_draft() -> None:
     prompt = torch.tensor([[i % 16 for i in range(40)]])
-    # Target: 10 ms per forward + 4 ms per token, so its 40-token prefill costs ~12 steps.
+    # Target: 10 ms per forward + 4 ms per token, so its 40-token prefill costs ~12 steps
+    # and each extra verified token ~0.3 steps.
     target = Slowed(counting_model(), 0.01, per_token=0.004)
-    alone = dynaspec.generate(target, None, prompt, max_new_tokens=60)
+    alone = dynaspec.generate(target, None, prompt, max_new_tokens=200)
     runs = {}
-    for new_tokens in (8, 60):
+    for new_tokens in (20, 200):
         draft = Slowed(counting_model(), 0.001)
         runs[new_tokens] = dynaspec.generate(
             target,
@@ -151,11 +164,11 @@ def test_expensive_prefill_before_a_short_generation_never_starts_the_draft() ->
         )
         expected = alone.sequences[:, : prompt.shape[1] + new_tokens]
         assert torch.equal(runs[new_tokens].sequences, expected)
-    # Catch-up ~ 0.25 x 41 x 0.3 = 3.1 steps; savings ~ 0.36 per token left.
-    # 8 tokens: 6 left after the two measuring steps, savings 2.1 < 2 x 3.1: never drafts.
-    assert [r.num_drafted for r in runs[8].stats.rounds] == [0] * 8
-    # 60 tokens: 58 left, savings ~21: drafting starts in the third round.
-    drafted = [r.num_drafted for r in runs[60].stats.rounds]
+    # Catch-up ~ 0.25 x 41 x 0.3 = 3.1 steps; expected rate ~1.16, savings ~0.14 per token.
+    # 20 tokens: 18 left after the two measuring steps, savings 2.5 < 2 x 3.1: never drafts.
+    assert [r.num_drafted for r in runs[20].stats.rounds] == [0] * 20
+    # 200 tokens: 198 left, savings ~27: drafting starts in the third round.
+    drafted = [r.num_drafted for r in runs[200].stats.rounds]
     assert drafted[:2] == [0, 0] and drafted[2] > 0
 
 

@@ -59,10 +59,15 @@ Estimates (all online, held in this object, robust to a noisy machine)
   token's acceptance is predicted from the confidence of the token just drafted.
 - c and V(n): medians over a window of recent rounds (a median ignores the occasional
   slow step); V(n) is a least-squares line through the per-n medians with a slope >= 0.
+  While only single-token steps have been timed, the slope is the target's prefill time
+  per prompt token: a prefill is a forward over many tokens, and its cost per token is
+  what verifying more tokens costs (about 0.5 steps per token on a CPU without bf16
+  kernels, nearly 0 on a GPU).
   Rounds whose forwards include a catch-up (the prompt, or tokens skipped while not
   drafting) are not used for the per-token costs; they give the catch-up costs instead.
-- Priors until measured: c = 0.25, V(n) = 1 + 0.05 (n - 1), calibration = identity,
-  a_1 = 0.8 (optimistic, so that a fresh policy tries drafting where starting is cheap).
+- Priors until measured: c = 0.25, V(n) = 1 + 0.05 (n - 1) (before any prefill),
+  calibration = identity, a_1 = 0.8 (optimistic, so that a fresh policy tries drafting
+  where starting is cheap).
 
 Assumptions: acceptances within a round are independent given the confidences; the cost of
 a draft token does not depend on its position; bookkeeping time is small against a forward.
@@ -262,6 +267,7 @@ class AdaptivePolicy:
             self._line = None
         elif unseen >= self.config.min_prefill_tokens:
             self.prefill_costs.append(result.target_time_s / result.num_verified)
+            self._line = None
         if result.draft_forwards and result.draft_catchup <= 2:
             self.draft_costs.append(result.draft_time_s / result.draft_forwards)
         elif result.draft_forwards and self.draft_costs:
@@ -305,6 +311,8 @@ class AdaptivePolicy:
             return 1.0, self.config.prior_verify_slope
         if len(points) == 1:
             n, median, _ = points[0]
+            if n == 1 and self.prefill_costs:  # a prefill is a forward over many tokens
+                return median, statistics.median(self.prefill_costs)
             intercept = median / (1 + self.config.prior_verify_slope * (n - 1))
             return intercept, self.config.prior_verify_slope * intercept
         total = sum(w for _, _, w in points)
