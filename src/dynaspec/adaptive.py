@@ -43,7 +43,7 @@ target's time per prompt token, the second the time of one step, and C is estima
 c * (catch-up tokens) * (target prefill seconds per token) / (target step seconds), until an
 actual catch-up has been timed. A short generation after a long prompt on hardware where a
 draft token is dear therefore never runs the draft at all; on a GPU, where a prefill costs
-about a step, the same rule starts drafting in the third round.
+about a step, the same rule starts drafting in the third round (by the rule; not measured).
 
 While it does not draft, the draft falls behind again. Probes therefore back off (each waits
 twice as long as the last until drafting pays on its own again) and are skipped when the
