@@ -64,20 +64,9 @@ def tiny_config(
     import transformers
 
     special = {"bos_token_id": None, "eos_token_id": eos_token_id, "pad_token_id": None}
-    if arch == "llama":
-        return transformers.LlamaConfig(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
-            num_hidden_layers=num_layers,
-            num_attention_heads=num_heads,
-            num_key_value_heads=max(1, num_heads // 2),
-            max_position_embeddings=max_length,
-            initializer_range=initializer_range,
-            **special,
-        )
-    if arch == "qwen2":
-        return transformers.Qwen2Config(
+    if arch in ("llama", "qwen2"):  # same fields, different classes
+        config_class = transformers.LlamaConfig if arch == "llama" else transformers.Qwen2Config
+        return config_class(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
             intermediate_size=2 * hidden_size,
