@@ -142,11 +142,11 @@ class AdaptivePolicy:
         self._probing = False
         if self.first_token_acceptance() > self.threshold(0):
             return self.config.max_tokens if self.worth_starting(catchup, remaining) else 0
-        due = self.rounds_without_draft >= self.probe_interval
-        cost = self.catchup_cost(catchup)
-        if due and cost is not None and cost <= self.config.max_probe_catchup:
-            self._probing = True  # keeps the estimates fresh; backs off in update()
-            return 1
+        if self.rounds_without_draft >= self.probe_interval:  # a probe is due ...
+            cost = self.catchup_cost(catchup)
+            if cost is not None and cost <= self.config.max_probe_catchup:  # ... and cheap
+                self._probing = True  # keeps the estimates fresh; backs off in update()
+                return 1
         return 0
 
     def should_stop(self, step: DraftStep) -> bool:

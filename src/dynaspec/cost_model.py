@@ -214,11 +214,12 @@ def measure_costs(
         prefill_reps = max(1, min(reps, max_prefill_reps))
         target_prefill = _prefill_time(target_adapter, first, prefill_reps) / first.numel()
         draft_prefill = _prefill_time(draft_adapter, draft_first, prefill_reps)
+        draft_prefill /= draft_first.numel()
     return CostProfile(
         draft_token_s=statistics.median(draft_samples),
         verify_s=tuple(statistics.median(samples[n]) for n in range(1, max_tokens + 1)),
         target_prefill_token_s=target_prefill,
-        draft_prefill_token_s=draft_prefill / draft_first.numel(),
+        draft_prefill_token_s=draft_prefill,
     )
 
 
