@@ -8,7 +8,7 @@ import statistics
 import torch
 
 import dynaspec
-from dynaspec.tiny import tiny_pair
+from dynaspec.models.tiny import tiny_pair
 
 torch.set_num_threads(1)
 target, draft, tokenizer = tiny_pair()

@@ -10,8 +10,8 @@ import torch
 from tiny_models import ScriptedModel
 
 import dynaspec
-from dynaspec.adaptive import AdaptivePolicy, pool_adjacent_violators
 from dynaspec.policies import DraftStep, RoundResult
+from dynaspec.policies.adaptive import AdaptivePolicy, pool_adjacent_violators
 
 
 def step(index: int, confidence: float) -> DraftStep:

@@ -9,17 +9,18 @@ from collections import Counter
 import pytest
 import torch
 
-from dynaspec import bench, bench_report
-from dynaspec.bench import (
+from dynaspec.errors import ConfigError
+from dynaspec.eval.bench import report as bench_report
+from dynaspec.eval.bench import run as bench
+from dynaspec.eval.bench.report import median_of_ratios, per_prompt_ratios, render_report
+from dynaspec.eval.bench.run import (
     classify_logits,
     classify_mismatch,
     dtype_step,
     first_difference,
     parse_methods,
 )
-from dynaspec.bench_report import median_of_ratios, per_prompt_ratios, render_report
-from dynaspec.errors import ConfigError
-from dynaspec.hf_peer import HF_HEURISTIC, HFPeer, rounds_from_target_calls
+from dynaspec.eval.hf_peer import HF_HEURISTIC, HFPeer, rounds_from_target_calls
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -174,7 +175,7 @@ def test_classify_logits_length_difference_is_a_bug():
 
 
 def test_classify_mismatch_runs_one_forward_over_the_common_prefix():
-    from dynaspec.tiny import tiny_pair
+    from dynaspec.models.tiny import tiny_pair
 
     target, _, _ = tiny_pair()
     prompt = torch.tensor([[10, 20, 30]])
@@ -200,7 +201,7 @@ def test_rounds_from_target_calls():
 
 
 def test_hf_peer_does_not_leak_the_assistant_config():
-    from dynaspec.tiny import tiny_pair
+    from dynaspec.models.tiny import tiny_pair
 
     target, draft, _ = tiny_pair()
     draft.generation_config.num_assistant_tokens = 11
@@ -252,7 +253,7 @@ def test_command_line():
         "dynaspec bench --smoke"
     )
     assert bench.command_line(["/x/dynaspec/bench.py", "--n", "2"]) == (
-        "python -m dynaspec.bench --n 2"
+        "python -m dynaspec.eval.bench.run --n 2"
     )
     assert bench.command_line(["/x/pytest", "-q"]) is None
     args = _parse(["--smoke", "--n", "3", "--methods", "dynamic,oracle", "--out", "a b"])

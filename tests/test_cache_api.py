@@ -15,7 +15,7 @@ from tiny_models import CacheCheckStreamer, hf_greedy, noisy_copy, tiny_model
 from transformers import DynamicCache
 
 import dynaspec
-from dynaspec.models import HFAdapter
+from dynaspec.backends.hf import HFAdapter
 
 PROMPT = torch.tensor([[3, 1, 4, 1, 5]])
 MAX_NEW_TOKENS = 10

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 from tiny_models import ScriptedModel, shift_rule
 
-from dynaspec.cost_model import (
+from dynaspec.errors import ConfigError
+from dynaspec.eval.cost_model import (
     CostProfile,
     baseline_time,
     measure_costs,
@@ -15,7 +16,6 @@ from dynaspec.cost_model import (
     predicted_speedup,
     predicted_time,
 )
-from dynaspec.errors import ConfigError
 
 # c_d = 0.1 s, T(n) = 1 + 0.1 (n - 1) s for n = 1..10 (the module docstring's example)
 PROFILE = CostProfile(draft_token_s=0.1, verify_s=tuple(1 + 0.1 * n for n in range(10)))

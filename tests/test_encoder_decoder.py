@@ -30,11 +30,11 @@ from transformers import (
 )
 
 import dynaspec
-from dynaspec.config import SamplingConfig
+from dynaspec.backends.hf import HFAdapter
+from dynaspec.core.config import SamplingConfig
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.validation import check_lengths
 from dynaspec.errors import IncompatibleModelsError, InputError, UnsupportedModelError
-from dynaspec.models import HFAdapter
-from dynaspec.sampling import TokenSampler
-from dynaspec.validation import check_lengths
 
 VOCAB = 40
 MAX_NEW = 12

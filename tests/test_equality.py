@@ -22,7 +22,7 @@ from tiny_models import (
 from transformers import PreTrainedModel
 
 import dynaspec
-from dynaspec.models import HFAdapter
+from dynaspec.backends.hf import HFAdapter
 
 MAX_NEW_TOKENS = 8
 VOCAB_SIZE = 64

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from dynaspec import loading, model_cache
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
     IncompatibleModelsError,
     ModelNotAvailableError,
 )
-from dynaspec.presets import GgufSlice, ModelPreset, model_presets
+from dynaspec.models import cache as model_cache
+from dynaspec.models import loading
+from dynaspec.models.presets import GgufSlice, ModelPreset, model_presets
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")

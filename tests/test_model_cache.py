@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynaspec import model_cache
 from dynaspec.errors import ConfigError, CorruptModelFileError, ModelNotAvailableError
-from dynaspec.presets import (
+from dynaspec.models import cache as model_cache
+from dynaspec.models.presets import (
     GgufSlice,
     ModelPreset,
     get_model_preset,

@@ -17,8 +17,16 @@ import torch
 from tiny_models import ScriptedModel
 
 import dynaspec
-from dynaspec.cost_model import CostProfile
-from dynaspec.oracle import (
+from dynaspec.eval.cost_model import CostProfile
+from dynaspec.eval.oracle.report import (
+    build_summary,
+    calibration,
+    group_summary,
+    read_bench_jsonl,
+    render_markdown,
+    run_shares,
+)
+from dynaspec.eval.oracle.run import (
     ORACLE,
     DraftTrace,
     PromptRecord,
@@ -35,14 +43,6 @@ from dynaspec.oracle import (
     replay,
     rounds_of,
     run_oracle,
-)
-from dynaspec.oracle_report import (
-    build_summary,
-    calibration,
-    group_summary,
-    read_bench_jsonl,
-    render_markdown,
-    run_shares,
 )
 from dynaspec.policies import RoundResult
 
@@ -284,7 +284,7 @@ def test_simulated_time_policy_charges_catchups_at_the_prefill_rate():
 def test_tiny_llama_replay_matches_real_static_and_oracle_runs():
     """On real (tiny, fp32) models the replay reproduces the real rounds of policies that do
     not look at the confidence, and of the oracle."""
-    from dynaspec.tiny import TinyPairConfig, tiny_pair
+    from dynaspec.models.tiny import TinyPairConfig, tiny_pair
 
     target, draft, _ = tiny_pair(TinyPairConfig())
     prompt = torch.tensor([[17, 99, 3, 250, 41, 8, 77, 120]])

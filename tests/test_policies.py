@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tiny_models import ScriptedModel, shift_rule, tiny_model
 
 import dynaspec
-from dynaspec.config import SpecConfig
+from dynaspec.core.config import SpecConfig
 from dynaspec.errors import ConfigError
 from dynaspec.policies import (
     ConstantPolicy,
@@ -188,7 +188,7 @@ def test_make_policy_defaults_are_dynamic_20_and_0_4() -> None:
 
 
 def test_make_policy_adaptive() -> None:
-    pytest.importorskip("dynaspec.adaptive")
+    pytest.importorskip("dynaspec.policies.adaptive")
     policy = make_policy(SpecConfig(num_assistant_tokens_schedule="adaptive"))
     assert isinstance(policy, LookaheadPolicy)
     assert policy.name == "adaptive"

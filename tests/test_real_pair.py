@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dynaspec import loading, model_cache
-from dynaspec.presets import get_model_preset, get_pair_preset
+from dynaspec.models import cache as model_cache
+from dynaspec.models import loading
+from dynaspec.models.presets import get_model_preset, get_pair_preset
 
 pytestmark = pytest.mark.real
 

@@ -29,12 +29,13 @@ from transformers.generation.logits_process import (
 )
 
 import dynaspec
-from dynaspec import decoding
-from dynaspec.config import LimitsConfig, SamplingConfig
-from dynaspec.decoding import decode
+from dynaspec.core import loop as decoding
+from dynaspec.core.config import LimitsConfig, SamplingConfig
+from dynaspec.core.loop import decode
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.verify import greedy_accept, speculative_sample
+from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import ConstantPolicy, DynamicPolicy, LookaheadPolicy
-from dynaspec.sampling import TokenSampler
-from dynaspec.verify import greedy_accept, speculative_sample
 
 VOCAB_SIZE = 4
 ALPHA = 1e-3  # the seeded tests pass with p far above this; broken samplers land far below
@@ -108,7 +109,8 @@ def sample_sequences(
     with torch.inference_mode():
         for _ in range(num_samples):
             policy = make_policy() if make_policy else ConstantPolicy(1)
-            out = decode(target, draft if make_policy else None, prompt, policy, sampler, limits)
+            drafter = ModelDrafter(draft) if make_policy else None
+            out = decode(target, drafter, prompt, policy, sampler, limits)
             counts[tuple(out.sequences[0, len(PROMPT) :].tolist())] += 1
     return counts
 

@@ -1,4 +1,4 @@
-"""The summary formulas of dynaspec.stats on hand-made round records."""
+"""The summary formulas of dynaspec.core.stats on hand-made round records."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from tiny_models import ScriptedModel, shift_rule
 
 import dynaspec
-from dynaspec.stats import GenerationStats, RoundRecord, Summary
+from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
 
 
 def record(

@@ -6,7 +6,7 @@ Nothing here downloads anything. Two kinds of model:
   `initializer_range` so the logits are peaky: top-2 ties in fp32 are then impossible in
   practice and greedy equality with `model.generate` must hold exactly.
   `hf_greedy` is the reference every equality test compares against.
-* `ScriptedModel`, a fake `dynaspec.models.ModelAdapter` whose logits are a scripted
+* `ScriptedModel`, a fake `dynaspec.backends.hf.ModelAdapter` whose logits are a scripted
   function of the prefix (so of the position too). With it a test forces exactly how many
   drafted tokens are accepted, and can inspect the "cache" (the tokens it was fed).
   `CacheCheckStreamer` asserts the cache invariants after every round.

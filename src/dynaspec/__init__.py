@@ -1,9 +1,19 @@
-"""dynaspec: lossless speculative decoding with a per-round (dynamic) lookahead."""
+"""dynaspec: lossless speculative decoding with a per-round (dynamic) lookahead.
 
-from dynaspec.config import LimitsConfig, SamplingConfig, SpecConfig
-from dynaspec.decoding import GenerateOutput, generate
+The public API: `generate`, `load_pair`, `load_model`, the policies, `GenerateOutput` and the
+typed errors. The layers underneath are described in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
 from dynaspec.errors import DynaspecError
+from dynaspec.generation import GenerateOutput, generate
 from dynaspec.policies import (
+    AdaptivePolicy,
     ConstantPolicy,
     DynamicPolicy,
     HeuristicPolicy,
@@ -11,11 +21,14 @@ from dynaspec.policies import (
     OraclePolicy,
     make_policy,
 )
-from dynaspec.stats import GenerationStats, RoundRecord, Summary
+
+if TYPE_CHECKING:
+    from dynaspec.models.loading import ModelPair, load_model, load_pair
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptivePolicy",
     "ConstantPolicy",
     "DynamicPolicy",
     "DynaspecError",
@@ -23,6 +36,7 @@ __all__ = [
     "GenerationStats",
     "HeuristicPolicy",
     "LimitsConfig",
+    "ModelPair",
     "LookaheadPolicy",
     "OraclePolicy",
     "RoundRecord",
@@ -30,5 +44,18 @@ __all__ = [
     "SpecConfig",
     "Summary",
     "generate",
+    "load_model",
+    "load_pair",
     "make_policy",
 ]
+
+_LAZY = {"load_model", "load_pair", "ModelPair"}
+
+
+def __getattr__(name: str) -> Any:
+    # Loading pulls in the GGUF reader and the model cache; import it only when asked for.
+    if name in _LAZY:
+        from dynaspec.models import loading
+
+        return getattr(loading, name)
+    raise AttributeError(f"module 'dynaspec' has no attribute {name!r}")

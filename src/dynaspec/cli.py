@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dynaspec.config import SCHEDULES
+from dynaspec.core.config import SCHEDULES
 from dynaspec.errors import DynaspecError
 
 DEFAULT_PAIR = "qwen2.5-coder"
@@ -44,10 +44,10 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.target is None and args.pair == "tiny":
-        from dynaspec.tiny import tiny_pair
+        from dynaspec.models.tiny import tiny_pair
 
         return tiny_pair()
-    from dynaspec.loading import load_model, load_pair
+    from dynaspec.models.loading import load_model, load_pair
 
     if args.target is None:
         pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
@@ -93,8 +93,8 @@ def _add_generate(subparsers: Any) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
-    from dynaspec.data import render_prompt, should_use_chat
-    from dynaspec.decoding import generate
+    from dynaspec.eval.data import render_prompt, should_use_chat
+    from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
     if text is None:
@@ -149,7 +149,7 @@ def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.bench import classify_mismatch
+    from dynaspec.eval.bench.run import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -170,14 +170,14 @@ def _add_models(subparsers: Any) -> None:
 
 
 def _print_models() -> int:
-    from dynaspec.loading import models_report
+    from dynaspec.models.loading import models_report
 
     print(models_report())
     return 0
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.bench import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
 
     p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
     add_bench_arguments(p)
@@ -185,7 +185,7 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.oracle import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
 
     p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
     add_oracle_arguments(p)

@@ -8,7 +8,7 @@ left undrafted, and no draft token is spent past the one that must be checked (M
 2024, "Dynamic Speculation Lookahead Accelerates Speculative Decoding of Large Language
 Models"). How much r varies is why a fixed lookahead wastes work.
 
-Everything is measured through the one decoding loop (`dynaspec.decoding.decode`), per prompt:
+Everything is measured through the one decoding loop (`dynaspec.core.loop.decode`), per prompt:
 
 1. *reference*: the target alone, greedy (`generate(target, None, ...)`).
 2. *real oracle run*: `generate(target, draft, policy=OraclePolicy(reference))`. The draft
@@ -30,14 +30,14 @@ are exact; a confidence-driven policy (dynamic, adaptive) needs the confidence o
 tokens to know when it stops, and the replay uses the draft's teacher-forced confidence at
 the same position instead. The adaptive policy also learns what things cost from the
 round's times, which a replay does not have: `SimulatedTimePolicy` gives it the cost model's
-times instead (`dynaspec.cost_model`).
+times instead (`dynaspec.eval.cost_model`).
 
 Numerics: the trace is one forward over the whole sequence, a real run feeds tokens a few at
 a time; in bf16 the two can differ in the last bit and flip an argmax at a near-tie, which
 the consistency check counts (in fp32 the two agree exactly on the tiny test models).
 
 CLI: `dynaspec oracle` (`add_oracle_arguments`, `run_oracle`); the report is written by
-`dynaspec.oracle_report`.
+`dynaspec.eval.oracle.report`.
 """
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ from typing import Any
 
 import torch
 
-from dynaspec.config import SpecConfig
-from dynaspec.cost_model import CostProfile, measure_costs
-from dynaspec.decoding import generate
+from dynaspec.backends import ModelAdapter, as_adapter
+from dynaspec.core.config import SpecConfig
+from dynaspec.core.stats import GenerationStats
+from dynaspec.core.validation import eos_ids
 from dynaspec.errors import ConfigError, InputError
-from dynaspec.models import ModelAdapter, as_adapter
+from dynaspec.eval.cost_model import CostProfile, measure_costs
+from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.generation import generate
 from dynaspec.policies import (
     DraftStep,
     LookaheadPolicy,
@@ -70,9 +73,6 @@ from dynaspec.policies import (
     RoundResult,
     make_policy,
 )
-from dynaspec.provenance import git_state, library_versions, machine_info
-from dynaspec.stats import GenerationStats
-from dynaspec.validation import eos_ids
 
 ORACLE = "oracle"  # method name of the oracle policy in every table
 STATIC_LOOKAHEADS: tuple[int, ...] = tuple(range(1, 11))  # constant-k policies compared
@@ -433,8 +433,8 @@ def dynamic_name(threshold: float) -> str:
 
 
 def adaptive_available() -> bool:
-    """True when this dynaspec has the cost-aware adaptive policy (dynaspec.adaptive)."""
-    return importlib.util.find_spec("dynaspec.adaptive") is not None
+    """True when this dynaspec has the cost-aware adaptive policy (dynaspec.policies.adaptive)."""
+    return importlib.util.find_spec("dynaspec.policies.adaptive") is not None
 
 
 def default_policy_specs(
@@ -635,7 +635,7 @@ def replay(
     if tuple(out.sequences[0].tolist()) != text.reference:
         raise RuntimeError(
             f"the replay of {record.task}/{record.prompt_id} with {policy.name} did not "
-            "reproduce the reference: a bug in dynaspec.oracle, please report it"
+            "reproduce the reference: a bug in dynaspec.eval.oracle.run, please report it"
         )
     return rounds_of(out.stats)
 
@@ -750,7 +750,7 @@ def run_oracle(args: argparse.Namespace) -> int:
     """`dynaspec oracle`: measures, replays, writes OUT/{records, costs, summary, report, plots}."""
     from tqdm.auto import tqdm
 
-    from dynaspec import oracle_report
+    from dynaspec.eval.oracle import report as oracle_report
 
     oracle_report.require_plotting()
     args = argparse.Namespace(**vars(args))  # defaults resolved on a copy
@@ -846,12 +846,12 @@ class _LazyModels:
     def _load(self) -> Any:
         if self._pair is None:
             if self.args.smoke:
-                from dynaspec.tiny import TinyPairConfig, tiny_pair
+                from dynaspec.models.tiny import TinyPairConfig, tiny_pair
 
                 target, draft, tokenizer = tiny_pair(TinyPairConfig())
                 self._pair = (target, draft, tokenizer)
             else:
-                from dynaspec.loading import load_pair
+                from dynaspec.models.loading import load_pair
 
                 pair = load_pair(self.args.pair, dtype=self.args.dtype, threads=self.args.threads)
                 self._pair = (pair.target, pair.draft, pair.tokenizer)
@@ -874,7 +874,7 @@ class _LazyModels:
             return [
                 PromptInput(task, pid, _smoke_ids(task, pid, self.args.seed)) for task, pid in keys
             ]
-        from dynaspec.data import render_prompt, should_use_chat
+        from dynaspec.eval.data import render_prompt, should_use_chat
 
         _, _, tokenizer = self._load()
         chat = should_use_chat(tokenizer)
@@ -897,7 +897,7 @@ def _smoke_ids(task: str, prompt_id: str, seed: int) -> torch.Tensor:
 
 
 def _load_prompt_objects(args: argparse.Namespace) -> list[Any]:
-    from dynaspec.data import load_prompt_file, load_prompts
+    from dynaspec.eval.data import load_prompt_file, load_prompts
 
     if args.prompts:
         return load_prompt_file(args.prompts)[: args.n]
@@ -907,7 +907,7 @@ def _load_prompt_objects(args: argparse.Namespace) -> list[Any]:
 def _prompt_keys(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(task, id) of every prompt of the run, in run order (tasks interleaved)."""
     if args.smoke and not args.prompts:
-        from dynaspec.data import TASKS
+        from dynaspec.eval.data import TASKS
 
         tasks = TASKS if args.task == "all" else (args.task,)
         return [(task, f"random/{i}") for i in range(args.n) for task in tasks]

@@ -1,72 +1,10 @@
-"""Lookahead policies: how many tokens the draft proposes in a round.
-
-Every policy implements the same small protocol, so the decoding loop never changes when
-a policy is added:
-
-    reset()                 forget everything learned (called once per generate() unless
-                            the caller passes its own policy object to carry state over)
-    max_lookahead(catchup, remaining)
-                            the most tokens to draft this round (0: no drafting at all);
-                            catchup = tokens the draft must be fed before its first
-                            proposal (1 when it is in step, more after rounds without
-                            drafting, the whole prompt in the first round); remaining =
-                            the most tokens the call can still emit (None: unknown)
-    should_stop(step)       after drafting one token: stop drafting now? (the token is kept
-                            and sent to the target for checking)
-    update(result)          learn from the finished round
-
-A policy only changes how many tokens are drafted, never which tokens are accepted, so
-every policy is exactly as lossless as the loop.
-"""
+"""The simple schedules: constant, heuristic, dynamic, and the oracle (analysis only)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from dynaspec.config import SpecConfig
-from dynaspec.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class DraftStep:
-    """What the loop knows right after the draft proposed one token."""
-
-    index: int  # 0-based index of this token within the round's draft
-    position: int  # index the token would take in the committed token sequence
-    token: int  # the proposed token id
-    confidence: float  # draft's processed probability of `token`
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    """What a policy learns from one finished round."""
-
-    num_drafted: int  # tokens the draft proposed
-    num_accepted: int  # of those, the prefix the target accepted
-    confidences: tuple[float, ...]  # draft probability of each drafted token
-    draft_time_s: float  # wall time in draft forwards this round (catch-up included)
-    target_time_s: float  # wall time of the target's verification forward
-    num_verified: int  # tokens in the target's verification forward (num_drafted + 1 usually)
-    draft_forwards: int  # draft forward calls this round
-    draft_catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
-
-
-@runtime_checkable
-class LookaheadPolicy(Protocol):
-    """The protocol every lookahead policy implements (see the module docstring)."""
-
-    name: str
-    stop_reason: str  # recorded in the stats when should_stop() returns True
-
-    def reset(self) -> None: ...
-
-    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int: ...
-
-    def should_stop(self, step: DraftStep) -> bool: ...
-
-    def update(self, result: RoundResult) -> None: ...
+from dynaspec.core.protocols import DraftStep, RoundResult
 
 
 class ConstantPolicy:
@@ -178,20 +116,3 @@ class OraclePolicy:
 
     def update(self, result: RoundResult) -> None:
         pass
-
-
-def make_policy(config: SpecConfig) -> LookaheadPolicy:
-    """A fresh policy for a schedule name, configured from `config`."""
-    schedule = config.num_assistant_tokens_schedule
-    k = config.num_assistant_tokens
-    if schedule == "constant":
-        return ConstantPolicy(k)
-    if schedule in ("heuristic", "heuristic_transient"):
-        return HeuristicPolicy(k)
-    if schedule == "dynamic":
-        return DynamicPolicy(k, config.assistant_confidence_threshold)
-    if schedule == "adaptive":
-        from dynaspec.adaptive import AdaptivePolicy
-
-        return AdaptivePolicy(max_tokens=k)
-    raise ConfigError(f"unknown num_assistant_tokens_schedule {schedule!r}")

@@ -15,7 +15,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from dynaspec.config import SamplingConfig
+from dynaspec.core.config import SamplingConfig
 
 
 class TokenSampler:

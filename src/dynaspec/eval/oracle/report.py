@@ -1,6 +1,6 @@
 """The oracle report: JSON summary, markdown report and PNG plots of `dynaspec oracle`.
 
-Definitions used everywhere below (see dynaspec.oracle for how rounds are measured):
+Definitions used everywhere below (see dynaspec.eval.oracle.run for how rounds are measured):
 
 - agreeing run r of an oracle round: drafted tokens the target accepted before the draft's
   first wrong token;
@@ -14,7 +14,7 @@ Definitions used everywhere below (see dynaspec.oracle for how rounds are measur
 - forward counts: target forwards = rounds, draft forwards = draft forward calls;
 - calibration: at every new-token position of the reference, the draft's teacher-forced
   confidence and whether its token equals the target's, in 10 equal-width bins;
-- predicted speedup: dynaspec.cost_model (pooled over the prompts of a task).
+- predicted speedup: dynaspec.eval.cost_model (pooled over the prompts of a task).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynaspec.cost_model import CostProfile, pooled_speedup
 from dynaspec.errors import MissingDependencyError
+from dynaspec.eval.cost_model import CostProfile, pooled_speedup
 
 if TYPE_CHECKING:
-    from dynaspec.oracle import PromptAnalysis, RoundInfo
+    from dynaspec.eval.oracle.run import PromptAnalysis, RoundInfo
 
 OVERALL = "overall"  # group name of all prompts together
 RUN_BINS: tuple[tuple[str, int, float], ...] = (  # (label, lowest r, highest r)

@@ -2,7 +2,7 @@
 
 Every preset is one GGUF file. PyPI packages carry it either whole or as raw slices
 that, concatenated in order, form it. The sizes and sha256 below were measured on the
-joined files (see docs/models.md); `dynaspec.model_cache` checks them before it trusts
+joined files (see docs/models.md); `dynaspec.models.cache` checks them before it trusts
 a file.
 """
 
@@ -222,6 +222,6 @@ def get_pair_preset(name: str) -> PairPreset:
         known = ", ".join(pair_presets())
         raise ConfigError(
             f"unknown model pair {name!r}: choose one of {known}, or load a target and a "
-            "draft yourself with dynaspec.loading.load_model()"
+            "draft yourself with dynaspec.models.loading.load_model()"
         )
     return pair

@@ -1,7 +1,7 @@
 """Loading models and target/draft pairs: presets, local folders, .gguf files, hub ids.
 
-Presets come from PyPI packages (see dynaspec.presets) and go through the model cache
-(dynaspec.model_cache): the first load joins, verifies and dequantizes, later loads read
+Presets come from PyPI packages (see dynaspec.models.presets) and go through the model cache
+(dynaspec.models.cache): the first load joins, verifies and dequantizes, later loads read
 safetensors in seconds.
 """
 
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from dynaspec import model_cache
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
     IncompatibleModelsError,
     ModelNotAvailableError,
 )
-from dynaspec.presets import (
+from dynaspec.models import cache as model_cache
+from dynaspec.models.presets import (
     ModelPreset,
     default_pair_name,
     find_model_preset,

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from dynaspec.core.protocols import ModelAdapter
 from dynaspec.errors import IncompatibleModelsError, InputError
-from dynaspec.models import ModelAdapter
 
 
 def check_prompt(input_ids: Any) -> torch.Tensor:

@@ -79,7 +79,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from dynaspec.policies import DraftStep, RoundResult
+from dynaspec.core.protocols import DraftStep, RoundResult
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ Methods (``METHODS``; ``--methods`` picks a subset, ``target`` is always run):
 prompt carries to the next; its warm-up uses a separate object), ``oracle`` (drafts up to
 the first disagreement with the target-alone output: the best any lookahead policy can do
 with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuristic`` and
-``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.hf_peer``).
+``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``).
 """
 
 from __future__ import annotations
@@ -58,11 +58,17 @@ from typing import Any
 
 import torch
 
-from dynaspec.decoding import generate
 from dynaspec.errors import ConfigError
-from dynaspec.hf_peer import HF_DYNAMIC, HF_HEURISTIC, HFAssistConfig, HFPeer, sklearn_available
+from dynaspec.eval.hf_peer import (
+    HF_DYNAMIC,
+    HF_HEURISTIC,
+    HFAssistConfig,
+    HFPeer,
+    sklearn_available,
+)
+from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.generation import generate
 from dynaspec.policies import OraclePolicy
-from dynaspec.provenance import git_state, library_versions, machine_info
 
 
 @dataclass(frozen=True)
@@ -251,7 +257,7 @@ def parse_methods(text: str) -> tuple[str, ...]:
 
 def run_bench(args: argparse.Namespace) -> int:
     """`dynaspec bench`: load, run, write results.jsonl, table.md, plots. Returns exit status."""
-    from dynaspec.bench_report import render_report
+    from dynaspec.eval.bench.report import render_report
 
     methods = parse_methods(args.methods)
     if args.smoke and (args.pair or args.target or args.draft or args.prompts):
@@ -551,7 +557,7 @@ class _MethodRunner:
 
 
 def _new_adaptive_policy() -> Any:
-    from dynaspec.adaptive import AdaptivePolicy
+    from dynaspec.policies.adaptive import AdaptivePolicy
 
     policy = AdaptivePolicy(max_tokens=20)
     policy.reset()
@@ -586,16 +592,16 @@ def runnable_methods(
 ) -> tuple[tuple[str, ...], dict[str, str]]:
     """(methods to run, "target" first; {skipped method: reason}).
 
-    The adaptive methods are skipped, with a message, when `dynaspec.adaptive` is not
+    The adaptive methods are skipped, with a message, when `dynaspec.policies.adaptive` is not
     importable (`adaptive_available=None` looks it up).
     """
     if adaptive_available is None:
-        adaptive_available = importlib.util.find_spec("dynaspec.adaptive") is not None
+        adaptive_available = importlib.util.find_spec("dynaspec.policies.adaptive") is not None
     skipped: dict[str, str] = {}
     if not adaptive_available:
         for name in ADAPTIVE_METHODS:
             if name in methods:
-                skipped[name] = "dynaspec.adaptive (AdaptivePolicy) is not available yet"
+                skipped[name] = "dynaspec.policies.adaptive (AdaptivePolicy) is not available yet"
     run = [BASELINE] + [name for name in methods if name != BASELINE and name not in skipped]
     return tuple(run), skipped
 
@@ -772,20 +778,20 @@ def run_metadata(
 def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any]:
     """(label, target name, draft name, target, draft, tokenizer)."""
     if args.smoke or args.pair == "tiny":
-        from dynaspec.tiny import tiny_pair
+        from dynaspec.models.tiny import tiny_pair
 
         # tiny models are all per-op overhead: one thread is fastest (several times, on a
         # loaded 2-core machine)
         torch.set_num_threads(args.threads or 1)
         target, draft, tokenizer = tiny_pair()
         if args.dtype:
-            from dynaspec.loading import resolve_dtype
+            from dynaspec.models.loading import resolve_dtype
 
             dtype = resolve_dtype(args.dtype, none_means=torch.float32)
             target, draft = target.to(dtype), draft.to(dtype)
         label = "smoke" if args.smoke else "tiny"
         return label, "tiny-llama (random)", "tiny-llama (perturbed copy)", target, draft, tokenizer
-    from dynaspec import loading
+    from dynaspec.models import loading
 
     kwargs: dict[str, Any] = {"threads": args.threads}
     if args.dtype:
@@ -796,7 +802,7 @@ def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any
         label = f"{_short_name(args.target)}+{_short_name(args.draft)}"
         return label, str(args.target), str(args.draft), target, draft, tokenizer
     pair = loading.load_pair(args.pair, **kwargs)
-    from dynaspec.presets import get_pair_preset
+    from dynaspec.models.presets import get_pair_preset
 
     preset = get_pair_preset(pair.name)
     return pair.name, preset.target, preset.draft, pair.target, pair.draft, pair.tokenizer
@@ -807,7 +813,7 @@ def _short_name(name: str) -> str:
 
 
 def _load_bench_prompts(args: argparse.Namespace, tokenizer: Any) -> list[BenchPrompt]:
-    from dynaspec import data
+    from dynaspec.eval import data
 
     if args.smoke:
         n = args.n or SMOKE_N
@@ -863,7 +869,7 @@ def command_line(argv: Sequence[str] | None = None) -> str | None:
     if program == "dynaspec":
         return shlex.join(["dynaspec", *argv[1:]])
     if program == "bench.py":
-        return shlex.join(["python", "-m", "dynaspec.bench", *argv[1:]])
+        return shlex.join(["python", "-m", "dynaspec.eval.bench.run", *argv[1:]])
     return None
 
 
@@ -937,7 +943,7 @@ def output_digest(tokens: Sequence[int]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m dynaspec.bench ...` (the same options as `dynaspec bench`)."""
+    """`python -m dynaspec.eval.bench.run ...` (the same options as `dynaspec bench`)."""
     parser = argparse.ArgumentParser(prog="dynaspec bench", description=__doc__.splitlines()[0])
     add_bench_arguments(parser)
     return run_bench(parser.parse_args(argv))

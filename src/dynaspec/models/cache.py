@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from dynaspec.errors import CorruptModelFileError, MissingDependencyError, ModelNotAvailableError
-from dynaspec.presets import GgufSlice, ModelPreset
+from dynaspec.models.presets import GgufSlice, ModelPreset
 
 GGUF_MAGIC = b"GGUF"  # first four bytes of every GGUF file
 MARKER_NAME = "dynaspec.json"  # written last into a complete model folder

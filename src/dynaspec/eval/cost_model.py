@@ -53,8 +53,8 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends import as_adapter
 from dynaspec.errors import ConfigError
-from dynaspec.models import as_adapter
 
 
 @dataclass(frozen=True)

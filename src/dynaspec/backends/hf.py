@@ -19,40 +19,12 @@ computed in the first decoder forward and kept as is for the whole sequence
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
+from dynaspec.core.protocols import ModelAdapter
 from dynaspec.errors import NumericalError, UnsupportedModelError
-
-
-@runtime_checkable
-class ModelAdapter(Protocol):
-    """What the decoding loop needs from a model."""
-
-    vocab_size: int  # rows of the output distribution
-    # Longest token sequence the model accepts (None: unknown or unlimited, e.g. T5's relative
-    # positions). Decoder-only: prompt + new tokens. Encoder-decoder: the encoder's input (the
-    # prompt) and the decoder's sequence (start token + new tokens) must each fit.
-    max_length: int | None
-    is_encoder_decoder: bool
-    num_cached: int  # tokens currently in the cache (encoder-decoder: decoder tokens)
-
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Start a sequence from a (1, T) prompt; return the first committed tokens (n,).
-
-        Decoder-only: the prompt itself. Encoder-decoder: encode the prompt, return (1,) the
-        decoder start token.
-        """
-        ...
-
-    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
-        """Append (n,) tokens to the cache; return logits (num_logits, V) of the last ones."""
-        ...
-
-    def crop(self, num_tokens: int) -> None:
-        """Roll the cache back so it holds its first `num_tokens` tokens."""
-        ...
 
 
 def _config_int(config: Any, *names: str) -> int | None:
@@ -183,5 +155,5 @@ def as_adapter(model: Any) -> ModelAdapter:
         return HFAdapter(model)
     raise UnsupportedModelError(
         f"cannot decode with a {type(model).__name__}: pass a transformers PreTrainedModel "
-        "or an object implementing dynaspec.models.ModelAdapter"
+        "or an object implementing dynaspec.core.protocols.ModelAdapter"
     )

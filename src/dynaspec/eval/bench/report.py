@@ -13,7 +13,7 @@ one slow outlier cannot move a column):
 - "mismatches" = (prompt, method) records whose output differs from the target alone,
   with how many of them are numerical ties and how many are bugs.
 
-Runnable alone to re-render a run: ``python -m dynaspec.bench_report results.jsonl [--out
+Runnable alone to re-render a run: ``python -m dynaspec.eval.bench.report results.jsonl [--out
 DIR]``.
 """
 
@@ -413,7 +413,7 @@ def render_report(jsonl_path: str | os.PathLike[str], out_dir: str | os.PathLike
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dynaspec.bench_report",
+        prog="python -m dynaspec.eval.bench.report",
         description="Re-render table.md and the plots of a dynaspec bench results.jsonl.",
     )
     parser.add_argument("jsonl", help="results.jsonl of a run")

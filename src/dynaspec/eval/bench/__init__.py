@@ -1,0 +1,1 @@
+"""`dynaspec bench`: every method on the same prompts, records, table and plots."""

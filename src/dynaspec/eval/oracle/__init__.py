@@ -1,0 +1,1 @@
+"""`dynaspec oracle`: oracle lookahead runs, policy replays, cost model, report."""
