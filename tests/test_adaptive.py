@@ -188,8 +188,8 @@ class Slowed:
     def num_cached(self) -> int:
         return self.inner.num_cached
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.inner.begin(input_ids)
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+        return self.inner.begin(input_ids, max_length=max_length)
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         time.sleep(self.seconds + self.per_token * new_tokens.numel())

@@ -220,10 +220,10 @@ class WatchedAdapter:
     def num_cached(self) -> int:
         return self.inner.num_cached
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         self.prompt_length = input_ids.shape[1]
         self.cross_keys = None
-        return self.inner.begin(input_ids)
+        return self.inner.begin(input_ids, max_length=max_length)
 
     def _check_cache(self) -> None:
         cache = self.inner.cache

@@ -249,7 +249,7 @@ class ScriptedModel:
     def num_cached(self) -> int:
         return len(self.cached)
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         self.cached = []
         self.calls = []
         return input_ids[0]

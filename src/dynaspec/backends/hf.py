@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.protocols import ModelAdapter
-from dynaspec.errors import NumericalError, UnsupportedModelError
+from dynaspec.errors import UnsupportedModelError
 
 
 def _config_int(config: Any, *names: str) -> int | None:
@@ -63,7 +63,8 @@ class HFAdapter:
         self.num_cached = 0
         self._encoder_kwargs: dict[str, Any] = {}
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+        # The dynamic cache grows as needed: the length hint is not used.
         self.cache = None
         self.num_cached = 0
         self._encoder_kwargs = {}
@@ -123,13 +124,8 @@ class HFAdapter:
                 "dynamic KV cache (transformers' DynamicCache or EncoderDecoderCache)"
             )
         self.num_cached += new_tokens.numel()
-        logits = out.logits[0, -num_logits:]  # (num_logits, V)
-        if not bool(torch.isfinite(logits).all()):
-            raise NumericalError(
-                f"{type(self.model).__name__} produced NaN/inf logits; check the weights and "
-                "the dtype (float16 on CPU overflows: use bfloat16 or float32)"
-            )
-        return logits
+        # (num_logits, V); the loop checks them for NaN/inf once per round, not per forward
+        return out.logits[0, -num_logits:]
 
     def crop(self, num_tokens: int) -> None:
         to_remove = self.num_cached - num_tokens

@@ -18,6 +18,8 @@ from dynaspec.core.config import LimitsConfig
 from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter, Proposal, RoundResult
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats, RoundRecord
+from dynaspec.core.timing import device_clock
+from dynaspec.core.validation import check_finite
 from dynaspec.core.verify import greedy_accept, speculative_sample
 
 
@@ -62,10 +64,12 @@ def speculative_round(
         if proposal.stop_reason != "max":
             stop_reason = proposal.stop_reason
     draft_tokens = proposal.tokens  # (k,)
-    start = perf_counter()
+    device = getattr(target, "device", None)
+    start = device_clock(device)
     verify_input = torch.cat([tokens[target.num_cached :], draft_tokens])
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
-    target_time = perf_counter() - start
+    target_time = device_clock(device) - start
+    check_finite(bool(torch.isfinite(target_logits).all()), target)  # once per round
     if sampler.config.do_sample:
         num_accepted, next_token = speculative_sample(
             draft_tokens,
@@ -113,9 +117,11 @@ def decode(
 ) -> GenerateOutput:
     """Runs rounds until max_new_tokens or EOS. Caches are cropped to committed - 1 each round."""
     started = perf_counter()
-    first = target.begin(prompt)  # (n0,) prompt, or decoder start token
+    # The most tokens a cache will hold (decoder-only: exactly; encoder-decoder: a bound).
+    final_length = prompt.shape[1] + limits.max_new_tokens
+    first = target.begin(prompt, max_length=final_length)  # (n0,) prompt, or start token
     if drafter is not None:
-        drafter.begin(prompt)
+        drafter.begin(prompt, max_length=final_length)
     n0 = first.numel()
     tokens = torch.empty(n0 + limits.max_new_tokens, dtype=torch.long, device=first.device)
     tokens[:n0] = first

@@ -34,11 +34,13 @@ class ModelAdapter(Protocol):
     is_encoder_decoder: bool
     num_cached: int  # tokens currently in the cache (encoder-decoder: decoder tokens)
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         """Start a sequence from a (1, T) prompt; return the first committed tokens (n,).
 
         Decoder-only: the prompt itself. Encoder-decoder: encode the prompt, return (1,) the
-        decoder start token.
+        decoder start token. `max_length`, when given, bounds the tokens the cache will hold
+        in this sequence (the loop passes prompt + max_new_tokens), so that a static cache can
+        be allocated once; adapters with a growing cache ignore it.
         """
         ...
 
@@ -81,6 +83,10 @@ class LookaheadPolicy(Protocol):
 
     name: str
     stop_reason: str  # recorded in the stats when should_stop() returns True
+    # False: the policy decides nothing from single drafted tokens, so the drafter may draft
+    # the whole lookahead without reading each token back from the device, and calls
+    # should_stop() afterwards. A policy without the attribute is treated as True.
+    needs_confidence: bool
 
     def reset(self) -> None: ...
 
@@ -109,8 +115,8 @@ class Drafter(Protocol):
     """A source of draft tokens. Invariant: it never sees a token that is not committed,
     except those it drafted itself this round; `crop` removes those after the round."""
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        """Start a sequence from a (1, T) prompt."""
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> None:
+        """Start a sequence from a (1, T) prompt (`max_length`: see ModelAdapter.begin)."""
         ...
 
     def catchup(self, num_committed: int) -> int:

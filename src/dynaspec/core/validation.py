@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.protocols import ModelAdapter
-from dynaspec.errors import IncompatibleModelsError, InputError
+from dynaspec.errors import IncompatibleModelsError, InputError, NumericalError
 
 
 def check_prompt(input_ids: Any) -> torch.Tensor:
@@ -104,3 +104,14 @@ def eos_ids(eos_token_id: int | list[int] | None, model: Any) -> tuple[int, ...]
     if isinstance(eos_token_id, int):
         return (eos_token_id,)
     return tuple(int(t) for t in eos_token_id)
+
+
+def check_finite(finite: bool, model: Any) -> None:
+    """Raises NumericalError when a model's logits were not all finite (`finite` False)."""
+    if finite:
+        return
+    name = getattr(model, "name", None) or type(getattr(model, "model", model)).__name__
+    raise NumericalError(
+        f"{name} produced NaN/inf logits; check the weights and the dtype (float16 on CPU "
+        "overflows: use bfloat16 or float32)"
+    )

@@ -3,16 +3,23 @@
 The draft's cache follows the same invariant as the target's (see docs/architecture.md):
 it holds committed tokens only, and may lag behind after rounds without drafting; it then
 catches up by being fed every committed token it has not seen in its first forward.
+
+Waiting for the device: a policy that decides after each token (`needs_confidence`) gets the
+token, its confidence and the finite-logits check in one transfer per drafted token. Any
+other policy drafts its whole lookahead without reading anything back, and the tokens,
+confidences and checks come back in one transfer at the end; the policy's `should_stop` and
+the EOS check then run over them in order, and the proposal ends where they say (the draft
+may have run a few forwards past that point; `crop` forgets them).
 """
 
 from __future__ import annotations
-
-from time import perf_counter
 
 import torch
 
 from dynaspec.core.protocols import DraftStep, LookaheadPolicy, ModelAdapter, Proposal
 from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.timing import device_clock
+from dynaspec.core.validation import check_finite
 
 
 class ModelDrafter:
@@ -20,9 +27,10 @@ class ModelDrafter:
 
     def __init__(self, model: ModelAdapter) -> None:
         self.model = model
+        self.device = getattr(model, "device", None)
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        self.model.begin(input_ids)
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> None:
+        self.model.begin(input_ids, max_length=max_length)
 
     def catchup(self, num_committed: int) -> int:
         return num_committed - self.model.num_cached
@@ -35,40 +43,75 @@ class ModelDrafter:
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
     ) -> Proposal:
+        per_token = getattr(policy, "needs_confidence", True)
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
-        drafted: list[torch.Tensor] = []
-        rows: list[torch.Tensor] = []
-        confidences: list[float] = []
+        drafted: list[torch.Tensor] = []  # 0-dim token ids, on the device
+        rows: list[torch.Tensor] = []  # (V,) distributions, sampling only
+        checks: list[torch.Tensor] = []  # per token: (token, confidence, finite) as float64
+        steps: list[DraftStep] = []
         stop_reason = "max"
-        draft_time = 0.0
+        started = device_clock(self.device)
         for index in range(lookahead):
-            start = perf_counter()
             logits = self.model.forward(pending, 1)[0]  # (V,)
-            draft_time += perf_counter() - start
             probs = sampler.probs(logits[None])[0]  # (V,)
-            token = sampler.pick(logits, probs)
+            try:
+                token = sampler.pick(logits, probs)
+            except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
+                check_finite(bool(torch.isfinite(logits).all()), self.model)
+                raise
             drafted.append(token)
             if sampler.config.do_sample:  # only speculative sampling needs the rows
                 rows.append(probs)
-            confidences.append(float(probs[token]))
-            step = DraftStep(index, tokens.numel() + index, int(token), confidences[-1])
-            if step.token in eos_token_ids:
-                stop_reason = "eos"
-                break
-            if policy.should_stop(step):
-                stop_reason = policy.stop_reason
-                break
+            checks.append(torch.stack([token.double(), probs[token].double(), _finite(logits)]))
+            if per_token:  # one transfer: the token, its confidence and the check
+                step, reason = self._step(checks[-1].tolist(), index, tokens, policy, eos_token_ids)
+                steps.append(step)
+                if reason is not None:
+                    stop_reason = reason
+                    break
             pending = token.view(1)
+        forwards = len(drafted)
+        if not per_token and drafted:  # one transfer for the whole draft, then the policy
+            for index, values in enumerate(torch.stack(checks).tolist()):
+                step, reason = self._step(values, index, tokens, policy, eos_token_ids)
+                steps.append(step)
+                if reason is not None:
+                    stop_reason = reason
+                    break
+        kept = len(steps)
         return Proposal(
-            tokens=torch.stack(drafted) if drafted else tokens.new_empty(0),  # (k,)
-            probs=torch.stack(rows) if rows else None,  # (k, V)
-            confidences=tuple(confidences),
+            tokens=torch.stack(drafted[:kept]) if kept else tokens.new_empty(0),  # (k,)
+            probs=torch.stack(rows[:kept]) if rows else None,  # (k, V)
+            confidences=tuple(step.confidence for step in steps),
             stop_reason=stop_reason,
-            draft_time_s=draft_time,
-            forwards=len(drafted),
+            draft_time_s=device_clock(self.device) - started,
+            forwards=forwards,
             catchup=catchup,
         )
 
+    def _step(
+        self,
+        values: list[float],
+        index: int,
+        tokens: torch.Tensor,
+        policy: LookaheadPolicy,
+        eos_token_ids: tuple[int, ...],
+    ) -> tuple[DraftStep, str | None]:
+        """The DraftStep of one drafted token (host values), and why drafting stops there."""
+        token, confidence, finite = values
+        check_finite(finite == 1.0, self.model)
+        step = DraftStep(index, tokens.numel() + index, int(token), confidence)
+        if step.token in eos_token_ids:
+            return step, "eos"
+        if policy.should_stop(step):
+            return step, policy.stop_reason
+        return step, None
+
     def crop(self, num_committed: int) -> None:
         self.model.crop(min(self.model.num_cached, num_committed))
+
+
+def _finite(logits: torch.Tensor) -> torch.Tensor:
+    """1.0 when every logit is finite, else 0.0 (float64, on the device: no wait)."""
+    return torch.isfinite(logits).all().double()

@@ -108,6 +108,7 @@ class AdaptivePolicy:
 
     name = "adaptive"
     stop_reason = "cost"
+    needs_confidence = True  # predicts the next acceptance from the token just drafted
 
     def __init__(self, max_tokens: int = 20, config: AdaptiveConfig | None = None) -> None:
         self.config = config or AdaptiveConfig(max_tokens=max_tokens)

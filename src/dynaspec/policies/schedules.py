@@ -12,6 +12,7 @@ class ConstantPolicy:
 
     name = "constant"
     stop_reason = "max"
+    needs_confidence = False  # drafts the whole lookahead: no token is read back early
 
     def __init__(self, num_assistant_tokens: int = 5) -> None:
         self.num_assistant_tokens = num_assistant_tokens
@@ -38,6 +39,7 @@ class HeuristicPolicy:
 
     name = "heuristic"
     stop_reason = "max"
+    needs_confidence = False  # drafts the whole lookahead: no token is read back early
 
     def __init__(self, num_assistant_tokens: int = 5) -> None:
         self.initial = num_assistant_tokens
@@ -70,6 +72,7 @@ class DynamicPolicy:
 
     name = "dynamic"
     stop_reason = "confidence"
+    needs_confidence = True
 
     def __init__(self, num_assistant_tokens: int = 20, threshold: float = 0.4) -> None:
         self.num_assistant_tokens = num_assistant_tokens
@@ -98,6 +101,7 @@ class OraclePolicy:
 
     name = "oracle"
     stop_reason = "oracle"
+    needs_confidence = True
 
     def __init__(self, reference: Sequence[int], max_tokens: int = 64) -> None:
         self.reference = list(reference)

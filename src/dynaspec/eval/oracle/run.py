@@ -307,7 +307,7 @@ class ReplayTarget:
         self.fill_token = fill_token
         self.num_cached = 0
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         self.num_cached = 0
         return self.reference[: self.num_first].clone()  # (n0,)
 
@@ -347,7 +347,7 @@ class ReplayDraft:
         self.vocab_size = vocab_size
         self.num_cached = 0
 
-    def begin(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         self.num_cached = 0
         return input_ids[0]
 

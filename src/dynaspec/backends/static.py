@@ -1,0 +1,180 @@
+"""The fast model adapter: a preallocated KV cache, compiled forwards, quantized weights.
+
+`StaticAdapter` runs a `StaticDecoder` (dynaspec.backends.decoder) over caches allocated
+once per sequence, at `begin()`, for the final length the loop announces (prompt +
+max_new_tokens) plus room for padding. A position counter says how many slots hold
+committed tokens; rolling back moves it (`crop`), so nothing is ever reallocated or copied.
+Stale slots past the counter are overwritten by the next forward before anything attends to
+them: a token at slot p attends to slots <= p only.
+
+Shapes are bounded so that torch.compile compiles once: a forward over n <= max(buckets)
+tokens is padded to the next bucket (1, 2, 4, 8, 16, 32 by default). The padding tokens go
+to the slots right after the real ones, where the real tokens cannot see them (they come
+later) and the next forward overwrites them. Longer forwards (a prefill, a long catch-up)
+run uncompiled at their exact length.
+
+What is compiled (`FastConfig.compile_scope`): "layer" compiles one decoder layer and runs
+that graph for every layer, so compiling costs one layer per bucket; "model" compiles the
+whole stack per bucket (longer to compile, fewer calls per forward). Compile time is kept
+apart in `compile_time_s` (the first call of each bucket) and `warmup()` pays it up front.
+torch keeps compiled kernels in its on-disk caches (inductor's FX graph cache), so a second
+process compiles faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import torch
+
+from dynaspec.backends.decoder import StaticDecoder, run_block
+from dynaspec.backends.quant import QUANTIZE_MODES
+from dynaspec.errors import ConfigError
+
+COMPILE_SCOPES = ("layer", "model")
+
+# Cache lengths are rounded up to a multiple of this, so that compiled shapes repeat.
+CAPACITY_STEP = 256
+
+# Graphs one compiled function may hold: every bucket, with room for two cache lengths.
+_RECOMPILE_LIMIT = 32
+
+
+@dataclass(frozen=True)
+class FastConfig:
+    """How a model is made fast: static cache always; compile and quantize optional."""
+
+    compile: bool = False  # compile the forwards with torch.compile
+    quantize: str | None = None  # None, "int8" or "int4": weight-only quantization
+    compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
+    buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
+
+    def __post_init__(self) -> None:
+        if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
+            raise ConfigError(
+                f"unknown quantize {self.quantize!r}: use one of {QUANTIZE_MODES}, or None"
+            )
+        if self.compile_scope not in COMPILE_SCOPES:
+            raise ConfigError(
+                f"unknown compile_scope {self.compile_scope!r}: use one of {COMPILE_SCOPES}"
+            )
+        if not self.buckets or sorted(set(self.buckets)) != list(self.buckets):
+            raise ConfigError(f"buckets must be increasing, got {self.buckets}")
+        if self.buckets[0] < 1:
+            raise ConfigError(f"buckets must be >= 1, got {self.buckets}")
+
+
+def _config_int(config: Any, name: str) -> int | None:
+    value = getattr(config, name, None)
+    return value if isinstance(value, int) else None
+
+
+class StaticAdapter:
+    """`ModelAdapter` over a static KV cache; exposes the model's config and generation config."""
+
+    is_encoder_decoder = False
+
+    def __init__(self, model: Any, config: FastConfig | None = None) -> None:
+        self.fast = config or FastConfig()
+        self.decoder = StaticDecoder(model, self.fast.quantize)
+        self.config = model.config  # read-only: generate and the CLI read it (EOS, kind)
+        self.generation_config = getattr(model, "generation_config", None)
+        self.name = type(model).__name__
+        self.vocab_size = _config_int(model.config, "vocab_size") or 0
+        self.max_length = _config_int(model.config, "max_position_embeddings")
+        self.device = self.decoder.device
+        self.num_cached = 0
+        self.compile_time_s = 0.0  # seconds spent compiling so far (first call per bucket)
+        self._cache: list[torch.Tensor] = []
+        self._capacity = 0
+        self._cos = self._sin = torch.empty(0)
+        self._compiled_buckets: set[tuple[int, int]] = set()
+        self._hidden = self.decoder.hidden
+        if self.fast.compile:
+            if self.fast.compile_scope == "model":
+                self._hidden = torch.compile(self.decoder.hidden, dynamic=False)
+            else:
+                self.decoder.block_fn = torch.compile(run_block, dynamic=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"StaticAdapter({self.name}, quantize={self.fast.quantize}, "
+            f"compile={self.fast.compile}, scope={self.fast.compile_scope})"
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Slots in the cache (the final length plus padding room, rounded up)."""
+        return self._capacity
+
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+        """Reset the position; make sure the cache holds `max_length` tokens (default: the
+        prompt + 256, grown by reallocating when exceeded)."""
+        self.num_cached = 0
+        needed = max_length if max_length is not None else input_ids.shape[1] + CAPACITY_STEP
+        self._reserve(needed)
+        return input_ids[0].to(self.device)
+
+    def _reserve(self, num_tokens: int) -> None:
+        """Allocate (or grow) the cache to hold `num_tokens` plus the largest padding."""
+        needed = num_tokens + self.fast.buckets[-1]
+        if needed <= self._capacity:
+            return
+        capacity = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+        old, old_len = self._cache, self._capacity
+        with torch.inference_mode():
+            self._cache = self.decoder.new_cache(capacity)
+            for new, kept in zip(self._cache, old, strict=False):
+                new[:, :, :old_len] = kept
+            self._cos, self._sin = self.decoder.rope_tables(capacity)
+        self._capacity = capacity
+
+    @torch.inference_mode()
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Append (n,) tokens; return logits (num_logits, V) of the last ones."""
+        n = new_tokens.numel()
+        start = self.num_cached
+        bucket = next((b for b in self.fast.buckets if b >= n), n)
+        self._reserve(start + bucket)
+        ids = new_tokens.to(self.device).view(1, n)
+        if bucket > n:  # pad with copies of the last token; their slots are never attended
+            ids = torch.cat([ids, ids[:, -1:].expand(1, bucket - n)], dim=1)
+        positions = torch.arange(start, start + bucket, device=self.device)  # (b,)
+        slots = torch.arange(self._capacity, device=self.device)  # (L,)
+        mask = slots[None, :] <= positions[:, None]  # (b, L)
+        hidden = self._run(bucket, n, ids, positions, mask)
+        self.num_cached = start + n
+        return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)
+
+    def _run(
+        self, bucket: int, n: int, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        args = (ids, positions, mask, self._cos, self._sin, self._cache)
+        if not self.fast.compile or bucket > self.fast.buckets[-1]:
+            return self.decoder.hidden(*args)
+        key = (bucket, self._capacity)
+        if key in self._compiled_buckets:
+            return self._hidden(*args)
+        started = perf_counter()  # the first call of a shape compiles it
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+            hidden = self._hidden(*args)
+        self.compile_time_s += perf_counter() - started
+        self._compiled_buckets.add(key)
+        return hidden
+
+    def crop(self, num_tokens: int) -> None:
+        """Roll back to the first `num_tokens` tokens: only the position moves."""
+        self.num_cached = max(0, min(self.num_cached, num_tokens))
+
+    def warmup(self, max_length: int) -> float:
+        """Compile every bucket for sequences up to `max_length` now; returns compile seconds."""
+        before = self.compile_time_s
+        self._reserve(max_length)
+        if self.fast.compile:
+            for bucket in self.fast.buckets:
+                self.num_cached = 0
+                self.forward(torch.zeros(bucket, dtype=torch.long), 1)
+        self.num_cached = 0
+        return self.compile_time_s - before
