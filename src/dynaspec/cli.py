@@ -39,24 +39,78 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
+    """--compile / --quantize / --draft-quantize: the fast path (dynaspec.backends.static)."""
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="static KV cache + torch.compile'd forwards (Llama/Qwen2 models; compiles once)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8", "int4"),
+        default=None,
+        help="weight-only quantization of target and draft (static KV cache)",
+    )
+    parser.add_argument(
+        "--draft-quantize",
+        choices=("none", "int8", "int4"),
+        default=None,
+        help="the draft's quantization, apart from the target's (default: as --quantize)",
+    )
+
+
+def _fast_options(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(target, draft) keyword arguments compile= and quantize= from the fast-path flags."""
+    compile_ = bool(getattr(args, "compile", False))
+    quantize = getattr(args, "quantize", None)
+    draft_quantize = getattr(args, "draft_quantize", None)
+    if draft_quantize is None:
+        draft_quantize = quantize
+    target = {"compile": compile_, "quantize": quantize}
+    draft = {"compile": compile_, "quantize": None if draft_quantize == "none" else draft_quantize}
+    return target, draft
+
+
 def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft."""
+    """(target, draft, tokenizer) from --pair or --target/--draft (and the fast-path flags)."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    target_fast, draft_fast = _fast_options(args)
     if args.target is None and args.pair == "tiny":
+        from dynaspec.backends.static import make_fast
         from dynaspec.models.tiny import tiny_pair
 
-        return tiny_pair()
+        target, draft, tokenizer = tiny_pair()
+        return make_fast(target, **target_fast), make_fast(draft, **draft_fast), tokenizer
     from dynaspec.models.loading import load_model, load_pair
 
     if args.target is None:
-        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
+        pair = load_pair(
+            args.pair,
+            dtype=args.dtype,
+            threads=args.threads,
+            compile=target_fast["compile"],
+            quantize=target_fast["quantize"],
+            draft_quantize=draft_fast["quantize"],
+        )
         return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
+    target, tokenizer = load_model(
+        args.target, dtype=args.dtype, threads=args.threads, **target_fast
+    )
     draft = None
     if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
+        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads, **draft_fast)
     return target, draft, tokenizer
+
+
+def _warm_up(models: Sequence[Any], max_length: int) -> None:
+    """Compiles fast adapters now, and prints how long that took (not part of decoding)."""
+    for role, model in zip(("target", "draft"), models, strict=False):
+        if hasattr(model, "warmup"):
+            seconds = model.warmup(max_length)
+            if model.fast.compile:
+                print(f"[{role}] {model!r}: compiled in {seconds:.1f} s", file=sys.stderr)
 
 
 def _add_generate(subparsers: Any) -> None:
@@ -64,6 +118,7 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
     add_model_arguments(p)
+    add_fast_arguments(p)
     p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
     p.add_argument("--num-assistant-tokens", type=int, default=20)
     p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
@@ -107,6 +162,7 @@ def run_generate(args: argparse.Namespace) -> int:
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
+    _warm_up([target, draft], input_ids.shape[1] + args.max_new_tokens)
     options = dict(
         max_new_tokens=args.max_new_tokens,
         num_assistant_tokens=args.num_assistant_tokens,

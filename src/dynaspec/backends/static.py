@@ -23,6 +23,7 @@ process compiles faster.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -66,6 +67,14 @@ class FastConfig:
             raise ConfigError(f"buckets must be >= 1, got {self.buckets}")
 
 
+def _compile(function: Any) -> Any:
+    """torch.compile with static shapes (one graph per bucket)."""
+    with warnings.catch_warnings():
+        # torch's compiler imports torch.utils.mkldnn, which warns that torch.jit is deprecated.
+        warnings.filterwarnings("ignore", "`torch.jit.script_method`", DeprecationWarning)
+        return torch.compile(function, dynamic=False)
+
+
 def _config_int(config: Any, name: str) -> int | None:
     value = getattr(config, name, None)
     return value if isinstance(value, int) else None
@@ -94,9 +103,9 @@ class StaticAdapter:
         self._hidden = self.decoder.hidden
         if self.fast.compile:
             if self.fast.compile_scope == "model":
-                self._hidden = torch.compile(self.decoder.hidden, dynamic=False)
+                self._hidden = _compile(self.decoder.hidden)
             else:
-                self.decoder.block_fn = torch.compile(run_block, dynamic=False)
+                self.decoder.block_fn = _compile(run_block)
 
     def __repr__(self) -> str:
         return (
@@ -178,3 +187,14 @@ class StaticAdapter:
                 self.forward(torch.zeros(bucket, dtype=torch.long), 1)
         self.num_cached = 0
         return self.compile_time_s - before
+
+
+def make_fast(model: Any, *, compile: bool = False, quantize: str | None = None) -> Any:
+    """`model` itself when neither option is set, else a `StaticAdapter` over it.
+
+    The adapter keeps no reference to `model` itself, only to the parts it runs (shared
+    when not quantized), so that a quantized model's original weights can be freed.
+    """
+    if not compile and quantize is None:
+        return model
+    return StaticAdapter(model, FastConfig(compile=compile, quantize=quantize))

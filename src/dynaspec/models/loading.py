@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dynaspec.backends.static import make_fast
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
@@ -39,6 +40,9 @@ CacheDirArg = str | os.PathLike[str] | None
 
 _DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
+# load_pair's default draft_quantize: quantize the draft as the target.
+SAME_AS_TARGET = "same"
+
 # Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 _TOKENIZER_PROBE = (
     "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + "
@@ -51,8 +55,8 @@ class ModelPair:
     """A target model and a draft model that share `tokenizer`, both in eval mode."""
 
     name: str  # pair preset name, e.g. "qwen2.5-coder"
-    target: PreTrainedModel  # the large model whose output is reproduced
-    draft: PreTrainedModel  # the small model that proposes tokens
+    target: Any  # the large model whose output is reproduced (a fast adapter if asked)
+    draft: Any  # the small model that proposes tokens (a fast adapter if asked)
     tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
 
 
@@ -153,8 +157,29 @@ def load_model(
     dtype: DTypeArg = "bfloat16",
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    compile: bool = False,
+    quantize: str | None = None,
+) -> tuple[Any, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
+
+    With `compile=True` or `quantize` ("int8", "int4") the model comes back as a fast model
+    adapter (dynaspec.backends.static.StaticAdapter: a static KV cache, forwards compiled
+    with torch.compile, weight-only quantized linear layers) that `generate` takes as the
+    target or the draft; it exposes `config`, `generation_config`, `device` and
+    `compile_time_s`. Llama- and Qwen2-style models only.
+    """
+    model, tokenizer = _load_model(name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir)
+    return make_fast(model, compile=compile, quantize=quantize), tokenizer
+
+
+def _load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    dtype: DTypeArg = "bfloat16",
+    threads: int | None = None,
+    cache_dir: CacheDirArg = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The transformers model and tokenizer (see load_model).
 
     name_or_path: a preset name ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
     "smollm2-135m", "gemma3-270m"; see `dynaspec models`), a transformers folder, a
@@ -268,11 +293,16 @@ def load_pair(
     dtype: DTypeArg = "bfloat16",
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    compile: bool = False,
+    quantize: str | None = None,
+    draft_quantize: str | None = SAME_AS_TARGET,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
     Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
-    pip command if a model's packages are not installed.
+    pip command if a model's packages are not installed. `compile` and `quantize` make both
+    models fast adapters (see load_model); `draft_quantize` sets the draft's quantization
+    apart (default: as the target's), e.g. a bf16 target with an int8 draft.
     """
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
@@ -288,7 +318,14 @@ def load_pair(
         draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
     )
     check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
-    return ModelPair(name=pair.name, target=target, draft=draft, tokenizer=target_tokenizer)
+    if draft_quantize == SAME_AS_TARGET:
+        draft_quantize = quantize
+    return ModelPair(
+        name=pair.name,
+        target=make_fast(target, compile=compile, quantize=quantize),
+        draft=make_fast(draft, compile=compile, quantize=draft_quantize),
+        tokenizer=target_tokenizer,
+    )
 
 
 def _format_count(count: int) -> str:

@@ -1,0 +1,245 @@
+"""The fast path: static-cache adapter, compiled forwards, int8/int4 weights (backends/).
+
+Lossless relative to the chosen target: speculative output equals the same fast target's own
+greedy output, token for token, on tiny fp32 models. The static cache rolls back by moving
+a position; stale and padded slots are never attended.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_models import hf_greedy, noisy_copy, random_prompts, tiny_model
+
+import dynaspec
+from dynaspec.backends.quant import Int4Linear, Int8Linear
+from dynaspec.backends.static import FastConfig, StaticAdapter, make_fast
+from dynaspec.errors import ConfigError, UnsupportedModelError
+
+VOCAB = 64
+
+
+def pair(arch: str = "llama", layers: int = 2) -> tuple[torch.nn.Module, torch.nn.Module]:
+    target = tiny_model(arch, vocab_size=VOCAB, num_layers=layers, hidden_size=32)
+    return target, noisy_copy(target, scale=0.02, seed=1)
+
+
+def feed(adapter: StaticAdapter, prompt: torch.Tensor, chunks: list[list[int]]) -> torch.Tensor:
+    """Begin with `prompt`, feed each chunk; logits of every fed token, (n, V)."""
+    adapter.begin(prompt, max_length=64)
+    rows = [adapter.forward(prompt[0], prompt.shape[1])]
+    rows += [adapter.forward(torch.tensor(c), len(c)) for c in chunks]
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_static_decoder_matches_transformers_logits(arch: str) -> None:
+    model, _ = pair(arch)
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        reference = model(ids).logits[0]  # (12, V)
+    adapter = StaticAdapter(model)
+    # Chunks of 1, 3 (padded to 4) and 5 (padded to 8) tokens after a 3-token prompt.
+    logits = feed(
+        adapter, ids[:, :3], [ids[0, 3:4].tolist(), ids[0, 4:7].tolist(), ids[0, 7:].tolist()]
+    )
+    torch.testing.assert_close(logits, reference, atol=1e-4, rtol=1e-4)
+    assert adapter.num_cached == 12
+
+
+def test_rollback_moves_the_position_and_stale_slots_are_never_read() -> None:
+    model, _ = pair()
+    adapter = StaticAdapter(model)
+    prompt = torch.tensor([[5, 9, 2]])
+    adapter.begin(prompt, max_length=40)
+    cache = [t.data_ptr() for t in adapter._cache]
+    adapter.forward(prompt[0], 1)
+    adapter.forward(torch.tensor([7, 8, 9, 10, 11]), 5)  # bucket 8
+    adapter.crop(4)
+    after_a = adapter.forward(torch.tensor([1, 2]), 2)
+    # The same prefix, then other tokens in the rolled-back slots: bitwise the same logits.
+    adapter.begin(prompt, max_length=40)
+    adapter.forward(prompt[0], 1)
+    adapter.forward(torch.tensor([7, 30, 31, 32, 33]), 5)
+    adapter.crop(4)
+    after_b = adapter.forward(torch.tensor([1, 2]), 2)
+    assert torch.equal(after_a, after_b)
+    assert [t.data_ptr() for t in adapter._cache] == cache  # never reallocated
+    assert adapter.capacity >= 40 + max(adapter.fast.buckets)
+
+
+def test_padding_does_not_change_the_real_rows() -> None:
+    """Three tokens padded to a bucket of 4 give the rows of the same 3 tokens fed alone."""
+    model, _ = pair()
+    adapter = StaticAdapter(model, FastConfig(buckets=(1, 4)))
+    unpadded = StaticAdapter(model, FastConfig(buckets=(1,)))  # > 1 token: exact length
+    prompt = torch.tensor([[3, 4]])
+    padded_rows = feed(adapter, prompt, [[10, 11, 12]])
+    exact_rows = feed(unpadded, prompt, [[10, 11, 12]])
+    torch.testing.assert_close(padded_rows, exact_rows, atol=1e-4, rtol=1e-4)
+
+
+def test_cache_grows_without_a_length_hint() -> None:
+    model, _ = pair()
+    adapter = StaticAdapter(model)
+    with torch.inference_mode():
+        reference = model(torch.arange(300).remainder(VOCAB)[None]).logits[0, -1]
+    adapter.begin(torch.tensor([[0]]))
+    tokens = torch.arange(300).remainder(VOCAB)
+    adapter.forward(tokens[:1], 1)
+    for start in range(1, 300, 20):
+        last = adapter.forward(tokens[start : start + 20], 1)[-1]
+    torch.testing.assert_close(last, reference, atol=1e-4, rtol=1e-4)
+
+
+SCHEDULES = ["constant", "heuristic", "dynamic", "adaptive"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_static_target_and_draft_equal_the_target_alone(arch: str, schedule: str) -> None:
+    target, draft = pair(arch)
+    fast_target, fast_draft = StaticAdapter(target), StaticAdapter(draft)
+    for prompt in random_prompts(3, VOCAB, seed=2):
+        alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=20)
+        assert torch.equal(alone.sequences, hf_greedy(target, prompt, 20))
+        out = dynaspec.generate(
+            fast_target,
+            fast_draft,
+            prompt,
+            max_new_tokens=20,
+            num_assistant_tokens=4,
+            num_assistant_tokens_schedule=schedule,
+        )
+        assert torch.equal(out.sequences, alone.sequences)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_quantized_draft_never_changes_the_output(quantize: str) -> None:
+    target, draft = pair()
+    quantized_draft = make_fast(draft, quantize=quantize)
+    for prompt in random_prompts(3, VOCAB, seed=3):
+        out = dynaspec.generate(
+            target, quantized_draft, prompt, max_new_tokens=20, num_assistant_tokens=4
+        )
+        assert torch.equal(out.sequences, hf_greedy(target, prompt, 20))
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("schedule", ["constant", "dynamic"])
+def test_quantized_target_speculative_equals_quantized_target_alone(
+    quantize: str, schedule: str
+) -> None:
+    target, draft = pair()
+    fast_target = make_fast(target, quantize=quantize)
+    fast_draft = make_fast(draft, quantize="int8")
+    for prompt in random_prompts(3, VOCAB, seed=4):
+        alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=24)
+        out = dynaspec.generate(
+            fast_target,
+            fast_draft,
+            prompt,
+            max_new_tokens=24,
+            num_assistant_tokens=5,
+            num_assistant_tokens_schedule=schedule,
+        )
+        assert torch.equal(out.sequences, alone.sequences)
+
+
+def test_sampling_with_static_adapters_is_seeded() -> None:
+    target, draft = pair()
+    fast_target, fast_draft = make_fast(target, quantize="int8"), StaticAdapter(draft)
+    kwargs = dict(max_new_tokens=12, do_sample=True, seed=7, top_k=10)
+    first = dynaspec.generate(fast_target, fast_draft, torch.tensor([[1, 2]]), **kwargs)
+    second = dynaspec.generate(fast_target, fast_draft, torch.tensor([[1, 2]]), **kwargs)
+    assert torch.equal(first.sequences, second.sequences)
+    assert first.sequences.shape[1] == 14
+
+
+def test_compiled_layer_scope_is_lossless_and_reports_compile_time() -> None:
+    target, draft = pair(layers=1)
+    config = FastConfig(compile=True, buckets=(1, 4))
+    fast_target, fast_draft = StaticAdapter(target, config), StaticAdapter(draft, config)
+    prompt = torch.tensor([[1, 2, 3]])
+    assert fast_target.warmup(40) > 0  # compiles each bucket once
+    compiled = fast_target.compile_time_s
+    alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=16)
+    out = dynaspec.generate(
+        fast_target, fast_draft, prompt, max_new_tokens=16, num_assistant_tokens=3
+    )
+    assert torch.equal(out.sequences, alone.sequences)
+    assert torch.equal(alone.sequences, hf_greedy(target, prompt, 16))
+    assert fast_target.compile_time_s == compiled  # nothing compiled again
+
+
+def test_compiled_model_scope_int8_is_lossless() -> None:
+    target, draft = pair(layers=1)
+    config = FastConfig(compile=True, quantize="int8", compile_scope="model", buckets=(1, 4))
+    fast_target = StaticAdapter(target, config)
+    fast_draft = make_fast(draft, quantize="int8")
+    eager_target = make_fast(target, quantize="int8")
+    prompt = torch.tensor([[4, 5]])
+    alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=12)
+    eager = dynaspec.generate(eager_target, None, prompt, max_new_tokens=12)
+    out = dynaspec.generate(
+        fast_target, fast_draft, prompt, max_new_tokens=12, num_assistant_tokens=3
+    )
+    assert torch.equal(out.sequences, alone.sequences)
+    assert torch.equal(alone.sequences, eager.sequences)
+    assert fast_target.compile_time_s > 0
+
+
+def test_adapters_expose_what_generate_and_the_cli_read() -> None:
+    target = tiny_model("llama", vocab_size=VOCAB, eos_token_id=7)
+    adapter = make_fast(target, quantize="int8")
+    assert adapter.config is target.config
+    assert adapter.generation_config.eos_token_id == 7
+    assert adapter.device == torch.device("cpu")
+    assert adapter.vocab_size == VOCAB and adapter.max_length == 128
+    assert make_fast(target) is target  # no option: the model itself
+
+
+def test_nothing_is_written_onto_the_model() -> None:
+    target, draft = pair()
+    before = (
+        target.config.to_dict(),
+        set(vars(target)),
+        {k: v.clone() for k, v in target.state_dict().items()},
+    )
+    fast = make_fast(target, compile=False, quantize="int8")
+    dynaspec.generate(
+        fast, make_fast(draft, quantize="int4"), torch.tensor([[1]]), max_new_tokens=6
+    )
+    after = (target.config.to_dict(), set(vars(target)), target.state_dict())
+    assert after[0] == before[0] and after[1] == before[1]
+    assert all(torch.equal(after[2][k], v) for k, v in before[2].items())
+
+
+def test_unsupported_architecture_and_options() -> None:
+    with pytest.raises(UnsupportedModelError, match="drop --compile/--quantize"):
+        make_fast(tiny_model("gpt2", vocab_size=VOCAB), quantize="int8")
+    with pytest.raises(ConfigError, match="unknown quantize"):
+        make_fast(tiny_model("llama", vocab_size=VOCAB), quantize="int3")
+    with pytest.raises(ConfigError, match="compile_scope"):
+        FastConfig(compile_scope="graph")
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_int8_linear_close_to_its_dequantized_weights(rows: int) -> None:
+    generator = torch.Generator().manual_seed(0)
+    linear = torch.nn.Linear(64, 48, bias=True)
+    x = torch.randn(rows, 64, generator=generator)
+    quantized = Int8Linear(linear.weight.detach(), linear.bias)
+    dense = quantized.weight.float() * quantized.scale[:, None]
+    torch.testing.assert_close(quantized(x), F.linear(x, dense, linear.bias), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(quantized(x), linear(x), atol=0.05, rtol=0.05)
+
+
+def test_int4_linear_close_to_the_original() -> None:
+    linear = torch.nn.Linear(64, 48, bias=False)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    error = (Int4Linear(linear.weight.detach(), None)(x) - linear(x)).abs().max()
+    assert error < 0.1 * linear(x).abs().max()
+    with pytest.raises(ConfigError, match="use quantize='int8'"):
+        Int4Linear(torch.nn.Linear(64, 40).weight.detach(), None)
