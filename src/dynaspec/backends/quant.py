@@ -33,43 +33,108 @@ from dynaspec.errors import ConfigError
 
 QUANTIZE_MODES = ("int8", "int4")
 
-# Above this many tokens an Int8Linear dequantizes its weight and runs a dense matmul.
-DEFAULT_BATCH_THRESHOLD = 16
+# Int8Linear: above this many tokens, the dense kernel (kept codes, or a per-call conversion).
+DENSE_THRESHOLD = 4  # with codes kept as a dense matrix (a target's verification)
+CONVERT_THRESHOLD = 16  # converting per call (a draft's prefill or catch-up)
 
 # Input columns that share one int4 scale and zero (the largest that divides the width).
 INT4_GROUP_SIZES = (128, 64, 32)
 
 
+def can_prepack(weight: torch.Tensor) -> bool:
+    """Whether oneDNN can hold `weight` prepacked (bf16 on a CPU with oneDNN)."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.bfloat16
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+@torch.compiler.disable  # a prepacked (opaque oneDNN) weight cannot be traced
+def _packed_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class DenseWeight(nn.Module):
+    """A dense (N, K) weight, prepacked for oneDNN's matmul when `prepack` and possible.
+
+    Prepacking reorders the weight once into the blocked layout the kernel reads, instead of
+    on every call: measured 20-30% faster for one token on the layer above, same results.
+    """
+
+    def __init__(self, weight: torch.Tensor, prepack: bool) -> None:
+        super().__init__()
+        self.packed = prepack and can_prepack(weight)
+        stored = torch.ops.mkldnn._reorder_linear_weight(weight, 1) if self.packed else weight
+        self.register_buffer("weight", stored, persistent=False)
+        self.out_features = weight.shape[0]
+
+    def forward(self, rows: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """(M, K) -> (M, N)."""
+        if self.packed:
+            return _packed_linear(rows, self.weight, bias)
+        return F.linear(rows, self.weight, bias)
+
+
+class PackedLinear(nn.Module):
+    """An unquantized linear layer over a `DenseWeight` copy of the original's weight."""
+
+    def __init__(self, linear: nn.Linear, prepack: bool = True) -> None:
+        super().__init__()
+        self.dense = DenseWeight(linear.weight.detach(), prepack)
+        bias = linear.bias
+        self.register_buffer("bias", None if bias is None else bias.detach())
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.dense(x.reshape(-1, self.in_features), self.bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
 class Int8Linear(nn.Module):
-    """y = x @ (q * scale).T + bias, q int8 per output row, scale in the input dtype."""
+    """y = (x @ q.T) * scale + bias, q int8 per output row, scale in the input dtype.
+
+    One token (up to the threshold): `torch._weight_int8pack_mm`. More tokens: x @ q.T in the
+    dense kernel over q held as a bf16 matrix (integers up to 127 are exact in bf16, so the
+    product is the same up to the summation order), kept (`dense_batches`: 2 more bytes per
+    weight, for a target's verification) or converted per call (a draft's prefill).
+    """
 
     def __init__(
         self,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
-        batch_threshold: int = DEFAULT_BATCH_THRESHOLD,
+        dense_batches: bool = False,
+        prepack: bool = False,
     ) -> None:
         super().__init__()
         compute_dtype = weight.dtype
         # Symmetric: the largest |w| of a row maps to 127; the scale is rounded to the
-        # compute dtype first so that q * scale is exactly what the kernel multiplies.
-        scale = (weight.float().abs().amax(dim=1) / 127.0).clamp_min(1e-12)  # (N,)
+        # compute dtype first so that q * scale is what both kernels multiply.
+        scale = (weight.abs().amax(dim=1).float() / 127.0).clamp_min(1e-12)  # (N,)
         scale = scale.to(compute_dtype)
-        quantized = (weight.float() / scale.float()[:, None]).round().clamp(-127, 127)
+        quantized = weight.float()  # one float copy, then in place (a prompt build)
+        quantized.div_(scale.float()[:, None]).round_().clamp_(-127, 127)
         self.register_buffer("weight", quantized.to(torch.int8).contiguous())  # (N, K)
         self.register_buffer("scale", scale.contiguous())  # (N,)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        self.batch_threshold = batch_threshold
+        codes = quantized.to(compute_dtype)
+        self.codes = DenseWeight(codes, prepack) if dense_batches else None
+        self.threshold = DENSE_THRESHOLD if dense_batches else CONVERT_THRESHOLD
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
-        if rows.shape[0] > self.batch_threshold:
-            dense = self.weight.to(x.dtype) * self.scale[:, None]  # (N, K)
-            out = F.linear(rows, dense)
-        else:
+        if rows.shape[0] <= self.threshold:
             out = torch._weight_int8pack_mm(rows, self.weight, self.scale)  # (M, N)
+        elif self.codes is not None:
+            out = self.codes(rows) * self.scale
+        else:
+            out = F.linear(rows, self.weight.to(rows.dtype)) * self.scale
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -112,10 +177,16 @@ class Int4Linear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_linear(linear: nn.Linear, mode: str | None) -> nn.Module:
-    """`linear` itself when `mode` is None, else a new quantized copy (the original is kept)."""
+def quantize_linear(
+    linear: nn.Linear, mode: str | None, *, dense_batches: bool = False, prepack: bool = False
+) -> nn.Module:
+    """A layer computing `linear` from new weights (the original is never changed).
+
+    mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8"/"int4":
+    a quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
+    """
     if mode is None:
-        return linear
+        return PackedLinear(linear) if prepack and can_prepack(linear.weight) else linear
     weight = linear.weight.detach()
     if weight.device.type != "cpu":
         raise ConfigError(
@@ -123,7 +194,7 @@ def quantize_linear(linear: nn.Linear, mode: str | None) -> nn.Module:
             "load it on the CPU or pass quantize=None"
         )
     if mode == "int8":
-        return Int8Linear(weight, linear.bias)
+        return Int8Linear(weight, linear.bias, dense_batches, prepack)
     if mode == "int4":
         return Int4Linear(weight, linear.bias)
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -51,6 +52,8 @@ class FastConfig:
     quantize: str | None = None  # None, "int8" or "int4": weight-only quantization
     compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
     buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
+    prepack: bool = False  # bf16 on CPU: weights prepacked for oneDNN (a copy of each)
+    dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
 
     def __post_init__(self) -> None:
         if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
@@ -75,6 +78,10 @@ def _compile(function: Any) -> Any:
         return torch.compile(function, dynamic=False)
 
 
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
 def _config_int(config: Any, name: str) -> int | None:
     value = getattr(config, name, None)
     return value if isinstance(value, int) else None
@@ -87,7 +94,12 @@ class StaticAdapter:
 
     def __init__(self, model: Any, config: FastConfig | None = None) -> None:
         self.fast = config or FastConfig()
-        self.decoder = StaticDecoder(model, self.fast.quantize)
+        self.decoder = StaticDecoder(
+            model,
+            self.fast.quantize,
+            dense_batches=self.fast.dense_batches,
+            prepack=self.fast.prepack,
+        )
         self.config = model.config  # read-only: generate and the CLI read it (EOS, kind)
         self.generation_config = getattr(model, "generation_config", None)
         self.name = type(model).__name__
@@ -100,12 +112,12 @@ class StaticAdapter:
         self._capacity = 0
         self._cos = self._sin = torch.empty(0)
         self._compiled_buckets: set[tuple[int, int]] = set()
-        self._hidden = self.decoder.hidden
+        self._hidden = self.decoder.hidden  # what runs a bucketed forward
         if self.fast.compile:
             if self.fast.compile_scope == "model":
                 self._hidden = _compile(self.decoder.hidden)
             else:
-                self.decoder.block_fn = _compile(run_block)
+                self._hidden = partial(self.decoder.hidden, block_fn=_compile(run_block))
 
     def __repr__(self) -> str:
         return (
@@ -131,7 +143,7 @@ class StaticAdapter:
         needed = num_tokens + self.fast.buckets[-1]
         if needed <= self._capacity:
             return
-        capacity = -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+        capacity = _round_up(needed, CAPACITY_STEP)
         old, old_len = self._cache, self._capacity
         with torch.inference_mode():
             self._cache = self.decoder.new_cache(capacity)
@@ -151,8 +163,10 @@ class StaticAdapter:
         if bucket > n:  # pad with copies of the last token; their slots are never attended
             ids = torch.cat([ids, ids[:, -1:].expand(1, bucket - n)], dim=1)
         positions = torch.arange(start, start + bucket, device=self.device)  # (b,)
-        slots = torch.arange(self._capacity, device=self.device)  # (L,)
-        mask = slots[None, :] <= positions[:, None]  # (b, L)
+        # Slots attended: all of them when compiled (one shape), else only those in use.
+        attend = self._capacity if self.fast.compile else _round_up(start + bucket, 64)
+        slots = torch.arange(min(attend, self._capacity), device=self.device)  # (A,)
+        mask = slots[None, :] <= positions[:, None]  # (b, A)
         hidden = self._run(bucket, n, ids, positions, mask)
         self.num_cached = start + n
         return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)
