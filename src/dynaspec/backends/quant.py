@@ -116,7 +116,7 @@ class Int8Linear(nn.Module):
         # compute dtype first so that q * scale is what both kernels multiply.
         scale = (weight.abs().amax(dim=1).float() / 127.0).clamp_min(1e-12)  # (N,)
         scale = scale.to(compute_dtype)
-        quantized = weight.float()  # one float copy, then in place (a prompt build)
+        quantized = weight.to(torch.float32, copy=True)  # one copy, then in place
         quantized.div_(scale.float()[:, None]).round_().clamp_(-127, 127)
         self.register_buffer("weight", quantized.to(torch.int8).contiguous())  # (N, K)
         self.register_buffer("scale", scale.contiguous())  # (N,)
