@@ -265,3 +265,12 @@ def test_no_processors_is_a_fast_path() -> None:
     sampler = TokenSampler(SamplingConfig())
     logits = torch.randn(3, 10, dtype=torch.bfloat16)
     assert sampler.process(logits, torch.tensor([1, 2]), torch.tensor([3, 4])) is logits
+
+
+def test_the_benchmarks_neutral_settings_switch_a_checkpoint_off(checkpoint: Any) -> None:
+    """The keywords the benchmark gives transformers' generate() work here too, so it can
+    give every method the same neutral settings whatever the checkpoint ships."""
+    from dynaspec.eval.hf_peer import NEUTRAL_GREEDY_KWARGS
+
+    out = dynaspec.generate(checkpoint, None, PROMPT, max_new_tokens=4, **NEUTRAL_GREEDY_KWARGS)
+    assert out.stats.processors == () and not out.stats.do_sample
