@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_models import CacheCheckStreamer, ScriptedModel, noisy_copy, random_prompts, tiny_model
+from tiny_models import (
+    CacheCheckStreamer,
+    ScriptedModel,
+    hf_greedy,
+    noisy_copy,
+    random_prompts,
+    tiny_model,
+)
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation.logits_process import (
     LogitsProcessor,
@@ -72,17 +79,9 @@ DRAFT_KINDS = ("identical", "noisy", "unrelated")
 
 def hf_reference(
     model: PreTrainedModel, prompt: torch.Tensor, max_new_tokens: int = MAX_NEW_TOKENS, **kw: Any
-) -> torch.Tensor:
+) -> Any:
     """transformers' own greedy generate with `kw` (no EOS unless kw names one)."""
-    kw = {"eos_token_id": None, **kw}
-    return model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=0,
-        **kw,
-    )
+    return hf_greedy(model, prompt, max_new_tokens, **kw)
 
 
 class Zoo:
