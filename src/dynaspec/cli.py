@@ -149,7 +149,7 @@ def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.bench.run import classify_mismatch
+    from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -177,7 +177,8 @@ def _print_models() -> int:
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+    from dynaspec.eval.bench.run import run_bench
 
     p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
     add_bench_arguments(p)
@@ -185,7 +186,8 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+    from dynaspec.eval.oracle.run import run_oracle
 
     p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
     add_oracle_arguments(p)
