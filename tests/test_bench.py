@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 
+import dynaspec
 from dynaspec.errors import ConfigError
+from dynaspec.eval import provenance
 from dynaspec.eval.bench import aggregate, plots, report
 from dynaspec.eval.bench import args as bench_args
 from dynaspec.eval.bench import methods as bench_methods
@@ -252,13 +255,15 @@ def test_adaptive_methods_are_skipped_when_the_policy_is_missing():
 
 
 def test_command_line():
-    assert bench_args.command_line(["/usr/bin/dynaspec", "bench", "--smoke"]) == (
+    assert provenance.command_line(["/usr/bin/dynaspec", "bench", "--smoke"]) == (
         "dynaspec bench --smoke"
     )
-    assert bench_args.command_line(["/x/dynaspec/bench.py", "--n", "2"]) == (
+    assert provenance.command_line([bench.__file__, "--n", "2"]) == (
         "python -m dynaspec.eval.bench.run --n 2"
     )
-    assert bench_args.command_line(["/x/pytest", "-q"]) is None
+    main = Path(dynaspec.__file__).with_name("__main__.py")
+    assert provenance.command_line([str(main), "oracle"]) == "python -m dynaspec oracle"
+    assert provenance.command_line(["/x/pytest", "-q"]) is None
     args = _parse(["--smoke", "--n", "3", "--methods", "dynamic,oracle", "--out", "a b"])
     assert bench_args.equivalent_command(args) == (
         "dynaspec bench --smoke --n 3 --methods dynamic,oracle --out 'a b'"

@@ -15,8 +15,8 @@ import torch
 
 from dynaspec.core.config import SCHEDULES
 from dynaspec.errors import DynaspecError
-
-DEFAULT_PAIR = "qwen2.5-coder"
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, load_models
+from dynaspec.models.presets import DEFAULT_PAIR
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,33 +30,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=("bfloat16", "float32", "float16"),
-        help="weights dtype (default bfloat16: fastest on CPU)",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}: fastest on CPU; the tiny pair: float32)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores)"
     )
-
-
-def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.target is None and args.pair == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
-        return tiny_pair()
-    from dynaspec.models.loading import load_model, load_pair
-
-    if args.target is None:
-        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
-        return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
-    draft = None
-    if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
-    return target, draft, tokenizer
 
 
 def _add_generate(subparsers: Any) -> None:
@@ -100,7 +80,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if text is None:
         print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
         return 2
-    target, draft, tokenizer = load_models(args)
+    target, draft, tokenizer = load_models(
+        args.pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+    )
     if args.no_draft:
         draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.hf import decoder_start_token_id
+
 DEFAULT_TIE_STEPS = 4.0  # "within a few bf16 steps" of the top logit: a tie
 
 
@@ -120,7 +122,7 @@ def classify_mismatch(
     common = torch.tensor(list(reference[:position]), dtype=torch.long)
     with torch.inference_mode():
         if _is_encoder_decoder(target):
-            start = torch.tensor([target.generation_config.decoder_start_token_id])
+            start = torch.tensor([decoder_start_token_id(target)])
             decoder = torch.cat([start, common]).to(device)
             logits = target(input_ids=input_ids.to(device), decoder_input_ids=decoder[None])
         else:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
-from collections.abc import Sequence
-from pathlib import Path
 
+from dynaspec.eval import provenance
 from dynaspec.eval.bench.methods import METHODS
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.presets import DEFAULT_PAIR
 
 DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_N = 10  # prompts per task
@@ -20,11 +19,14 @@ SMOKE_N = 1  # prompts per smoke task
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `dynaspec bench` options to `parser`."""
     models = parser.add_argument_group("models")
-    models.add_argument("--pair", help="pair preset name (default: qwen2.5-coder; 'tiny')")
+    models.add_argument("--pair", help=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')")
     models.add_argument("--target", help="target model: preset name, folder, .gguf or hub id")
     models.add_argument("--draft", help="draft model (with --target)")
     models.add_argument(
-        "--dtype", default=None, help="bfloat16 | float16 | float32 (default: the loader's)"
+        "--dtype",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}; the tiny pair: float32)",
     )
     models.add_argument(
         "--threads",
@@ -86,32 +88,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def command_line(argv: Sequence[str] | None = None) -> str | None:
-    """The command that started this process, when it is `dynaspec` or this module."""
-    argv = list(sys.argv if argv is None else argv)
-    program = Path(argv[0]).name if argv else ""
-    if program == "dynaspec":
-        return shlex.join(["dynaspec", *argv[1:]])
-    if program == "bench.py":
-        return shlex.join(["python", "-m", "dynaspec.eval.bench.run", *argv[1:]])
-    return None
-
-
 def equivalent_command(args: argparse.Namespace) -> str:
-    """`dynaspec bench ...` with the options of `args` that differ from the defaults (for a
-    run started from Python, whose process command line says nothing about the bench)."""
-    parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
-    words = ["dynaspec", "bench"]
-    for action in parser._actions:
-        if not action.option_strings or action.dest == "help":
-            continue
-        value = getattr(args, action.dest, action.default)
-        if value == action.default:
-            continue
-        flag = action.option_strings[-1]
-        if isinstance(action, argparse._StoreTrueAction):
-            words.append(flag)
-        else:
-            words += [flag, str(value)]
-    return shlex.join(words)
+    """`dynaspec bench ...` with the options of `args` that differ from the defaults."""
+    return provenance.equivalent_command("bench", add_bench_arguments, args)

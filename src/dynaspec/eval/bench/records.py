@@ -7,6 +7,7 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -116,11 +117,11 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
         rows = [r for r in result.records if r["method"] == name]
         if not rows:
             continue
-        speedups = sorted(r["speedup_vs_target"] for r in rows if r["speedup_vs_target"])
-        rates = sorted(r["tokens_per_s"] for r in rows if r["tokens_per_s"])
+        speedups = [r["speedup_vs_target"] for r in rows if r["speedup_vs_target"]]
+        rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
         bad = [r for r in rows if not r["matches_target"]]
         lines.append(
-            f"  {name:<14} {_median(speedups):5.2f}x  {_median(rates):7.1f} tok/s"
+            f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"
         )
     for name, reason in result.skipped.items():
@@ -142,12 +143,8 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def _median(values: Sequence[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+def _median_or_nan(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 def output_digest(tokens: Sequence[int]) -> str:

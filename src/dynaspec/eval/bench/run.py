@@ -53,13 +53,13 @@ from typing import Any, TextIO
 import torch
 
 from dynaspec.errors import ConfigError
+from dynaspec.eval import provenance
 from dynaspec.eval.bench.args import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_N,
     SMOKE_MAX_NEW_TOKENS,
     SMOKE_N,
     add_bench_arguments,
-    command_line,
     equivalent_command,
 )
 from dynaspec.eval.bench.methods import (
@@ -80,6 +80,8 @@ from dynaspec.eval.bench.records import (
     summary_text,
 )
 from dynaspec.eval.mismatch import Divergence, classify_mismatch
+from dynaspec.models.loading import eos_token_ids, load_models
+from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
 
 SMOKE_PROMPTS: dict[str, tuple[str, ...]] = {  # task -> texts, byte-tokenized, no chat
     "smoke-short": ("Hello", "def f(x):", "The cat", "1, 2, 3,"),
@@ -125,7 +127,7 @@ def run_bench(args: argparse.Namespace) -> int:
     date = _dt.datetime.now().strftime("%Y-%m-%d")
     out_dir = Path(args.out) if args.out else _default_out_dir(label, date)
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = command_line() or equivalent_command(args)
+    command = provenance.command_line() or equivalent_command(args)
     run_info = run_metadata(
         args=args,
         config=config,
@@ -151,7 +153,7 @@ def run_bench(args: argparse.Namespace) -> int:
         prompts,
         config,
         run_info=run_info,
-        eos_token_id=_eos_ids(target, tokenizer),
+        eos_token_id=list(eos_token_ids(target, tokenizer)) or None,
         pad_token_id=_pad_id(target, tokenizer),
         jsonl_path=jsonl_path,
     )
@@ -304,35 +306,18 @@ def _warn_mismatch(prompt: BenchPrompt, method: str, divergence: Divergence) -> 
 
 def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any]:
     """(label, target name, draft name, target, draft, tokenizer)."""
-    if args.smoke or args.pair == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
-        # tiny models are all per-op overhead: one thread is fastest (several times, on a
-        # loaded 2-core machine)
-        torch.set_num_threads(args.threads or 1)
-        target, draft, tokenizer = tiny_pair()
-        if args.dtype:
-            from dynaspec.models.loading import resolve_dtype
-
-            dtype = resolve_dtype(args.dtype, none_means=torch.float32)
-            target, draft = target.to(dtype), draft.to(dtype)
-        label = "smoke" if args.smoke else "tiny"
-        return label, "tiny-llama (random)", "tiny-llama (perturbed copy)", target, draft, tokenizer
-    from dynaspec.models import loading
-
-    kwargs: dict[str, Any] = {"threads": args.threads}
-    if args.dtype:
-        kwargs["dtype"] = args.dtype
+    pair = "tiny" if args.smoke else args.pair
+    target, draft, tokenizer = load_models(
+        pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+    )
     if args.target:
-        target, tokenizer = loading.load_model(args.target, **kwargs)
-        draft, _ = loading.load_model(args.draft, **kwargs)
         label = f"{_short_name(args.target)}+{_short_name(args.draft)}"
         return label, str(args.target), str(args.draft), target, draft, tokenizer
-    pair = loading.load_pair(args.pair, **kwargs)
-    from dynaspec.models.presets import get_pair_preset
-
-    preset = get_pair_preset(pair.name)
-    return pair.name, preset.target, preset.draft, pair.target, pair.draft, pair.tokenizer
+    if pair == "tiny":
+        label = "smoke" if args.smoke else "tiny"
+        return label, "tiny-llama (random)", "tiny-llama (perturbed copy)", target, draft, tokenizer
+    preset = get_pair_preset(pair or DEFAULT_PAIR)
+    return preset.name, preset.target, preset.draft, target, draft, tokenizer
 
 
 def _short_name(name: str) -> str:
@@ -363,20 +348,12 @@ def _load_bench_prompts(args: argparse.Namespace, tokenizer: Any) -> list[BenchP
     ]
 
 
-def _eos_ids(target: Any, tokenizer: Any) -> int | list[int] | None:
-    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = getattr(tokenizer, "eos_token_id", None)
-    return eos
-
-
 def _pad_id(target: Any, tokenizer: Any) -> int | None:
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         pad = getattr(getattr(target, "generation_config", None), "pad_token_id", None)
     if pad is None:
-        eos = _eos_ids(target, tokenizer)
-        pad = eos[0] if isinstance(eos, list) and eos else eos
+        pad = next(iter(eos_token_ids(target, tokenizer)), None)
     return pad
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.presets import DEFAULT_PAIR
+
 DEFAULT_PROMPTS = 20  # --n: prompts per task
 DEFAULT_NEW_TOKENS = 128  # --max-new-tokens (what dynaspec bench decodes)
 SMOKE_PROMPTS = 2  # --n with --smoke
@@ -15,8 +18,14 @@ COST_MAX_TOKENS = 21  # T(n) measured for n = 1..21: the longest default draft +
 
 def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `dynaspec oracle` options to `parser`."""
+    _add_run_arguments(parser)
+    _add_analysis_arguments(parser)
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The models, prompts and output of the run."""
     parser.add_argument(
-        "--pair", default="qwen2.5-coder", help="model pair preset (default: qwen2.5-coder)"
+        "--pair", default=DEFAULT_PAIR, help=f"model pair preset (default: {DEFAULT_PAIR})"
     )
     parser.add_argument(
         "--task",
@@ -43,8 +52,17 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="tiny random fp32 models and random prompts; runs in seconds (CI)",
     )
-    parser.add_argument("--dtype", default="bfloat16", help="model dtype (default bfloat16)")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"model dtype (default {DEFAULT_DTYPE}; --smoke: float32)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is measured and how, resuming, the report's inputs."""
     parser.add_argument(
         "--bench-jsonl",
         metavar="PATH",

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +13,6 @@ from typing import Any
 
 import torch
 
-from dynaspec.core.validation import eos_ids
 from dynaspec.errors import ConfigError
 from dynaspec.eval.cost_model import CostProfile, measure_costs
 from dynaspec.eval.oracle.args import (
@@ -26,6 +22,7 @@ from dynaspec.eval.oracle.args import (
     RECORDS_FILE,
     SMOKE_NEW_TOKENS,
     SMOKE_PROMPTS,
+    add_oracle_arguments,
 )
 from dynaspec.eval.oracle.measure import measure_prompt
 from dynaspec.eval.oracle.methods import default_policy_specs
@@ -34,7 +31,14 @@ from dynaspec.eval.oracle.records import PromptAnalysis, PromptRecord
 from dynaspec.eval.oracle.replay import analyze
 from dynaspec.eval.oracle.report import write_report
 from dynaspec.eval.oracle.summary import build_summary, read_bench_jsonl
-from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.eval.provenance import (
+    command_line,
+    equivalent_command,
+    git_state,
+    library_versions,
+    machine_info,
+)
+from dynaspec.models.loading import dtype_name, eos_token_ids, load_models
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,10 @@ class PromptInput:
 def run_oracle(args: argparse.Namespace) -> int:
     """`dynaspec oracle`: measures, replays, writes OUT/{records, costs, summary, report, plots}."""
     require_plotting()
+    command = command_line() or equivalent_command("oracle", add_oracle_arguments, args)
     args = _resolve_defaults(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.smoke:
-        torch.set_num_threads(args.threads or 1)
     models = _LazyModels(args)
     prompt_keys = _prompt_keys(args)
     setup = _setup(args)
@@ -67,7 +70,7 @@ def run_oracle(args: argparse.Namespace) -> int:
     analyses = _analyze_prompts(models, prompt_keys, records, profile, args, records_path)
     ordered = [analyses[key] for key in prompt_keys]
     bench = read_bench_jsonl(args.bench_jsonl) if args.bench_jsonl else None
-    summary = build_summary(ordered, profile, _run_config(args), bench)
+    summary = build_summary(ordered, profile, _run_config(args, command), bench)
     paths = write_report(summary, ordered, out)
     for path in paths:
         print(path)
@@ -148,17 +151,17 @@ def _analyze_prompts(
     return analyses
 
 
-def _run_config(args: argparse.Namespace) -> dict[str, Any]:
+def _run_config(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """The "config" of the summary: the run's settings and provenance."""
     return {
-        "command": _command_line(),
+        "command": command,
         "pair": "smoke (tiny random fp32 Llama + perturbed copy)" if args.smoke else args.pair,
         "task": args.task,
         "prompts_file": args.prompts,
         "n": args.n,
         "seed": args.seed,
         "max_new_tokens": args.max_new_tokens,
-        "dtype": "float32" if args.smoke else args.dtype,
+        "dtype": dtype_name(args.dtype, pair=_pair_name(args)),
         "threads": args.threads,
         "real_oracle": not args.skip_real_oracle,
         "reference_schedule": args.reference_schedule,
@@ -179,16 +182,9 @@ class _LazyModels:
 
     def _load(self) -> Any:
         if self._pair is None:
-            if self.args.smoke:
-                from dynaspec.models.tiny import TinyPairConfig, tiny_pair
-
-                target, draft, tokenizer = tiny_pair(TinyPairConfig())
-                self._pair = (target, draft, tokenizer)
-            else:
-                from dynaspec.models.loading import load_pair
-
-                pair = load_pair(self.args.pair, dtype=self.args.dtype, threads=self.args.threads)
-                self._pair = (pair.target, pair.draft, pair.tokenizer)
+            self._pair = load_models(
+                _pair_name(self.args), dtype=self.args.dtype, threads=self.args.threads
+            )
         return self._pair
 
     def pair(self) -> tuple[Any, Any]:
@@ -197,10 +193,7 @@ class _LazyModels:
 
     def eos(self) -> tuple[int, ...]:
         target, _, tokenizer = self._load()
-        found = eos_ids(None, target)
-        if not found and getattr(tokenizer, "eos_token_id", None) is not None:
-            found = (int(tokenizer.eos_token_id),)
-        return found
+        return eos_token_ids(target, tokenizer)
 
     def prompts(self, keys: Sequence[tuple[str, str]]) -> list[PromptInput]:
         """The input ids of the prompts named by `keys`, in that order."""
@@ -261,11 +254,16 @@ def _load_records(out: Path, args: argparse.Namespace) -> dict[tuple[str, str], 
     return records
 
 
+def _pair_name(args: argparse.Namespace) -> str:
+    """The pair load_models() loads: the tiny one with --smoke."""
+    return "tiny" if args.smoke else args.pair
+
+
 def _setup(args: argparse.Namespace) -> dict[str, Any]:
     """What must not change between a run and its --resume."""
     return {
         "pair": "smoke" if args.smoke else args.pair,
-        "dtype": "float32" if args.smoke else args.dtype,
+        "dtype": dtype_name(args.dtype, pair=_pair_name(args)),
         "max_new_tokens": args.max_new_tokens,
     }
 
@@ -282,8 +280,3 @@ def _load_costs(out: Path, setup: dict[str, Any]) -> CostProfile | None:
             "use another --out, or drop --resume to start afresh"
         )
     return CostProfile.from_json(data)
-
-
-def _command_line() -> str:
-    argv = [os.path.basename(sys.argv[0]) or "dynaspec", *sys.argv[1:]]
-    return " ".join(shlex.quote(a) for a in argv)
