@@ -244,16 +244,6 @@ def test_parse_methods():
         parse_methods(" , ")
 
 
-def test_adaptive_methods_are_skipped_when_the_policy_is_missing():
-    methods, skipped = bench_methods.runnable_methods(
-        ("dynamic", "adaptive", "adaptive-warm"), adaptive_available=False
-    )
-    assert methods == ("target", "dynamic")
-    assert set(skipped) == {"adaptive", "adaptive-warm"}
-    methods, skipped = bench_methods.runnable_methods(("adaptive",), adaptive_available=True)
-    assert methods == ("target", "adaptive") and not skipped
-
-
 def test_command_line():
     assert provenance.command_line(["/usr/bin/dynaspec", "bench", "--smoke"]) == (
         "dynaspec bench --smoke"

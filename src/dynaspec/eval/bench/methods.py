@@ -11,7 +11,6 @@ with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuris
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import torch
 from dynaspec.errors import ConfigError
 from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_HEURISTIC, HFAssistConfig, HFPeer
 from dynaspec.generation import generate
-from dynaspec.policies import OraclePolicy
+from dynaspec.policies import AdaptivePolicy, OraclePolicy
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,6 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
 )
 METHODS: tuple[str, ...] = tuple(spec.name for spec in METHOD_SPECS)
 BASELINE = "target"
-ADAPTIVE_METHODS = ("adaptive", "adaptive-warm")
 HF_ASSIST: dict[str, HFAssistConfig] = {"hf-heuristic": HF_HEURISTIC, "hf-dynamic": HF_DYNAMIC}
 WARMUP_TOKENS = 8  # new tokens of each untimed warm-up generation
 WARMUP_PROMPT_TOKENS = 32  # prompt tokens of the warm-up generations
@@ -212,9 +210,7 @@ class MethodRunner:
         }
 
 
-def _new_adaptive_policy() -> Any:
-    from dynaspec.policies.adaptive import AdaptivePolicy
-
+def _new_adaptive_policy() -> AdaptivePolicy:
     policy = AdaptivePolicy(max_tokens=20)
     policy.reset()
     return policy
@@ -236,20 +232,6 @@ def method_order(methods: Sequence[str], prompt_index: int) -> list[str]:
     return order
 
 
-def runnable_methods(
-    methods: Sequence[str], adaptive_available: bool | None = None
-) -> tuple[tuple[str, ...], dict[str, str]]:
-    """(methods to run, "target" first; {skipped method: reason}).
-
-    The adaptive methods are skipped, with a message, when `dynaspec.policies.adaptive` is not
-    importable (`adaptive_available=None` looks it up).
-    """
-    if adaptive_available is None:
-        adaptive_available = importlib.util.find_spec("dynaspec.policies.adaptive") is not None
-    skipped: dict[str, str] = {}
-    if not adaptive_available:
-        for name in ADAPTIVE_METHODS:
-            if name in methods:
-                skipped[name] = "dynaspec.policies.adaptive (AdaptivePolicy) is not available yet"
-    run = [BASELINE] + [name for name in methods if name != BASELINE and name not in skipped]
-    return tuple(run), skipped
+def runnable_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """The methods to run: the baseline ("target") first, then `methods` without it."""
+    return (BASELINE, *(name for name in methods if name != BASELINE))

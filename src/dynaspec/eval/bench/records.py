@@ -49,7 +49,6 @@ class BenchResult:
 
     records: list[dict[str, Any]] = field(default_factory=list)  # one per (prompt, method)
     methods: tuple[str, ...] = ()  # methods actually run, in rotation order
-    skipped: dict[str, str] = field(default_factory=dict)  # method -> reason
 
     @property
     def mismatches(self) -> list[dict[str, Any]]:
@@ -124,8 +123,6 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
             f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"
         )
-    for name, reason in result.skipped.items():
-        lines.append(f"  {name:<14} skipped: {reason}")
     mismatches = result.mismatches
     kinds = Counter((r["mismatch"] or {}).get("kind", "BUG") for r in mismatches)
     lines.append(

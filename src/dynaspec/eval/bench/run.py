@@ -19,22 +19,18 @@ How a run goes
    outside with one clock (``perf_counter`` around the whole call), the same for dynaspec
    and transformers; the 1-minute load average before each call is recorded.
 4. Every output is compared token for token with the target-alone output. A difference is
-   reported on stderr (after the prompt's last method) and classified (DESIGN.md,
-   "Lossless in bf16: ties"): one target forward over the common prefix; if both differing
-   tokens lie within ``--tie-steps`` steps of the dtype (its eps x 2**floor(log2|top|)) of
-   the top logit, it is a numerical ``tie``, anything else a ``BUG``.
+   reported on stderr (after the prompt's last method) and classified
+   (``dynaspec.eval.mismatch``; docs/architecture.md): one target forward over the common
+   prefix; if both differing tokens lie within ``--tie-steps`` steps of the dtype (its eps
+   x 2**floor(log2|top|)) of the top logit, it is a numerical ``tie``, anything else a
+   ``BUG``.
 5. One JSONL record per (prompt, method), written as it is measured; at the end the report
-   (``bench_report.render_report``: table.md, plots) and a summary on stdout. The exit
-   status is 1 when a BUG-class mismatch occurred, else 0.
+   (``dynaspec.eval.bench.report.render_report``: table.md, plots) and a summary on
+   stdout. The exit status is 1 when a BUG-class mismatch occurred, else 0.
 
-Methods (``METHODS``; ``--methods`` picks a subset, ``target`` is always run):
-``target`` (dynaspec, draft=None), ``constant`` (k=5), ``heuristic`` (start 5, +2/-1),
-``dynamic`` (20, confidence 0.4), ``adaptive`` (cost-aware, a fresh policy per prompt),
-``adaptive-warm`` (one AdaptivePolicy reused over the whole run, so what it learned on a
-prompt carries to the next; its warm-up uses a separate object), ``oracle`` (drafts up to
-the first disagreement with the target-alone output: the best any lookahead policy can do
-with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuristic`` and
-``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``).
+Methods: ``dynaspec.eval.bench.methods`` (``--methods`` picks a subset, ``target`` is always
+run). Options: ``dynaspec.eval.bench.args``; records and the summary:
+``dynaspec.eval.bench.records``.
 """
 
 from __future__ import annotations
@@ -182,11 +178,9 @@ def run_benchmark(
     """
     if not prompts:
         raise ConfigError("no prompts to benchmark")
-    methods, skipped = runnable_methods(config.methods)
-    for name, reason in skipped.items():
-        print(f"dynaspec bench: skipping {name}: {reason}", file=sys.stderr)
+    methods = runnable_methods(config.methods)
     runner = MethodRunner(target, draft, config.max_new_tokens, eos_token_id, pad_token_id)
-    result = BenchResult(methods=methods, skipped=skipped)
+    result = BenchResult(methods=methods)
     out = None
     if jsonl_path is not None:
         Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)

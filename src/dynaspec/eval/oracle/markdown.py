@@ -64,8 +64,8 @@ def _preamble(config: dict[str, Any]) -> list[str]:
         "## Definitions",
         "",
         "- **Oracle lookahead** L of a round: the tokens the draft proposes before its first "
-        "disagreement with the target, plus one (DESIGN.md); the **agreeing run** r = L - 1 "
-        "is what the target accepts of them. Measured by decoding with "
+        "disagreement with the target, plus one (docs/architecture.md); the **agreeing run** "
+        "r = L - 1 is what the target accepts of them. Measured by decoding with "
         "`OraclePolicy(reference)` through the library's own loop, where the reference is "
         "the target's greedy output.",
         "- A round is **censored** when drafting stopped before a wrong token was seen (cut "

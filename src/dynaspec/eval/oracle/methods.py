@@ -3,7 +3,6 @@ same settings as `dynaspec bench`'s methods of those names."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,20 +35,15 @@ def dynamic_name(threshold: float) -> str:
     return f"dynamic-{threshold:g}"
 
 
-def adaptive_available() -> bool:
-    """True when this dynaspec has the cost-aware adaptive policy (dynaspec.policies.adaptive)."""
-    return importlib.util.find_spec("dynaspec.policies.adaptive") is not None
-
-
 def default_policy_specs(
     static: Sequence[int] = STATIC_LOOKAHEADS,
     thresholds: Sequence[float] = DYNAMIC_THRESHOLDS,
     *,
-    include_adaptive: bool | None = None,
+    include_adaptive: bool = True,
 ) -> list[PolicySpec]:
     """oracle, constant-k for k in `static`, dynamic-t for t in `thresholds` (at most 20
-    tokens), heuristic (start 5, +2/-1) and, when present, adaptive (at most 20 tokens):
-    the same settings as `dynaspec bench`'s methods of those names."""
+    tokens), heuristic (start 5, +2/-1) and, with `include_adaptive`, adaptive (at most 20
+    tokens): the same settings as `dynaspec bench`'s methods of those names."""
 
     def constant(k: int) -> PolicySpec:
         spec = SpecConfig(num_assistant_tokens=k, num_assistant_tokens_schedule="constant")
@@ -73,6 +67,6 @@ def default_policy_specs(
     specs += [constant(k) for k in static]
     specs += [dynamic(t) for t in thresholds]
     specs.append(named("heuristic", HEURISTIC_START))
-    if adaptive_available() if include_adaptive is None else include_adaptive:
+    if include_adaptive:
         specs.append(named("adaptive", DYNAMIC_MAX_TOKENS))
     return specs
