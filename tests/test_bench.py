@@ -68,14 +68,29 @@ def test_smoke_run_writes_a_matching_record_per_prompt_and_method(smoke_run):
         assert {"sha", "dirty"} <= set(run["git"])
         assert isinstance(run["sklearn_available"], bool)
         assert "--smoke" in run["command"]
-    # transformers' assisted generation and ours take the same decisions on the same draft
-    by_key = {(r["task"], r["prompt_id"], r["method"]): r for r in records}
-    for task, prompt_id in prompts:
-        for ours, theirs in (("heuristic", "hf-heuristic"), ("dynamic", "hf-dynamic")):
-            mine, peer = by_key[(task, prompt_id, ours)], by_key[(task, prompt_id, theirs)]
-            assert mine["accepted_per_round"] == peer["accepted_per_round"]
-            assert mine["drafted_per_round"] == peer["drafted_per_round"]
     assert (out / "command.txt").read_text().strip()
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"), [("heuristic", "hf-heuristic"), ("dynamic", "hf-dynamic")]
+)
+def test_transformers_takes_the_same_rounds_as_dynaspec(smoke_run, ours, theirs):
+    """transformers' assisted generation and ours take the same decisions on the same draft.
+
+    With scikit-learn installed transformers retunes its dynamic threshold during the run
+    (no setting of the assistant's generation config turns that off), so its rounds may
+    differ from the published rule's: then only the heuristic is compared.
+    """
+    _, out = smoke_run
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    if ours == "dynamic" and records[0]["run"]["sklearn_available"]:
+        pytest.skip("scikit-learn is installed: transformers retunes its dynamic threshold")
+    by_key = {(r["task"], r["prompt_id"], r["method"]): r for r in records}
+    prompts = {(r["task"], r["prompt_id"]) for r in records}
+    for task, prompt_id in prompts:
+        mine, peer = by_key[(task, prompt_id, ours)], by_key[(task, prompt_id, theirs)]
+        assert mine["accepted_per_round"] == peer["accepted_per_round"]
+        assert mine["drafted_per_round"] == peer["drafted_per_round"]
 
 
 def test_smoke_report_has_the_columns_and_plots(smoke_run):

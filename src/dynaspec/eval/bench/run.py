@@ -49,7 +49,7 @@ from typing import Any, TextIO
 import torch
 
 from dynaspec.errors import ConfigError
-from dynaspec.eval import provenance
+from dynaspec.eval import data, provenance
 from dynaspec.eval.bench.args import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_N,
@@ -75,6 +75,7 @@ from dynaspec.eval.bench.records import (
     run_metadata,
     summary_text,
 )
+from dynaspec.eval.data import Prompt
 from dynaspec.eval.mismatch import Divergence, classify_mismatch
 from dynaspec.models.loading import eos_token_ids, load_models
 from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
@@ -116,10 +117,11 @@ def run_bench(args: argparse.Namespace) -> int:
         tie_steps=args.tie_steps,
         progress=not args.no_progress,
     )
+    texts = _read_prompts(args)
     load_start = perf_counter()
     label, target_name, draft_name, target, draft, tokenizer = _load_models(args)
     load_time = perf_counter() - load_start
-    prompts = _load_bench_prompts(args, tokenizer)
+    prompts = _render_prompts(args, texts, tokenizer)
     date = _dt.datetime.now().strftime("%Y-%m-%d")
     out_dir = Path(args.out) if args.out else _default_out_dir(label, date)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -318,24 +320,33 @@ def _short_name(name: str) -> str:
     return Path(str(name).rstrip("/")).name.removesuffix(".gguf") or str(name)
 
 
-def _load_bench_prompts(args: argparse.Namespace, tokenizer: Any) -> list[BenchPrompt]:
-    from dynaspec.eval import data
-
+def _read_prompts(args: argparse.Namespace) -> list[Prompt]:
+    """The prompts' texts, read before any model loads (a bad --prompts file fails fast)."""
     if args.smoke:
         n = args.n or SMOKE_N
         return [
-            BenchPrompt(task, str(index), tokenizer(text, return_tensors="pt").input_ids)
+            Prompt(task, str(index), text)
             for task, texts in SMOKE_PROMPTS.items()
             for index, text in enumerate(texts[:n])
         ]
     if args.prompts:
         prompts = data.load_prompt_file(args.prompts)
-        if args.n:
-            prompts = prompts[: args.n]
-    else:
-        prompts = data.load_prompts(
-            args.task, args.n or DEFAULT_N, args.seed, max_prompt_chars=args.max_prompt_chars
-        )
+        return prompts[: args.n] if args.n else prompts
+    return data.load_prompts(
+        args.task, args.n or DEFAULT_N, args.seed, max_prompt_chars=args.max_prompt_chars
+    )
+
+
+def _render_prompts(
+    args: argparse.Namespace, prompts: list[Prompt], tokenizer: Any
+) -> list[BenchPrompt]:
+    """Token ids of every prompt: smoke prompts as plain text, others through the chat
+    template when --chat says so."""
+    if args.smoke:
+        return [
+            BenchPrompt(p.task, p.id, tokenizer(p.text, return_tensors="pt").input_ids)
+            for p in prompts
+        ]
     chat = {"yes": True, "no": False}.get(args.chat, data.should_use_chat(tokenizer))
     return [
         BenchPrompt(p.task, p.id, data.render_prompt(tokenizer, p.text, chat=chat)) for p in prompts

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from dynaspec.errors import ConfigError
+from dynaspec.errors import ConfigError, InputError
 from dynaspec.eval.cost_model import CostProfile, measure_costs
 from dynaspec.eval.oracle.args import (
     COSTS_FILE,
@@ -40,6 +40,8 @@ from dynaspec.eval.provenance import (
 )
 from dynaspec.models.loading import dtype_name, eos_token_ids, load_models
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class PromptInput:
@@ -61,7 +63,8 @@ def run_oracle(args: argparse.Namespace) -> int:
     prompt_keys = _prompt_keys(args)
     setup = _setup(args)
     records = _load_records(out, args) if args.resume else {}
-    profile = _load_costs(out, setup) if args.resume and not args.remeasure_costs else None
+    stored = _load_costs(out, setup) if args.resume else None  # checks pair and dtype
+    profile = None if args.remeasure_costs else stored
     records_path = out / RECORDS_FILE
     if not args.resume or not records_path.exists():
         records_path.write_text("")
@@ -246,12 +249,29 @@ def _load_records(out: Path, args: argparse.Namespace) -> dict[tuple[str, str], 
     records: dict[tuple[str, str], PromptRecord] = {}
     if not path.exists():
         return records
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         if line.strip():
-            record = PromptRecord.from_json(json.loads(line))
+            record = _parsed(path, number, line, PromptRecord.from_json)
             if record.max_new_tokens == args.max_new_tokens:
                 records[record.key] = record
     return records
+
+
+def _parsed(path: Path, line_number: int | None, text: str, parse: Callable[[Any], T]) -> T:
+    """parse(the JSON in `text`); a damaged file (a run killed while writing it, an edit)
+    raises InputError saying how to go on."""
+    try:
+        return parse(json.loads(text))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+        where, fix = (
+            (f"{path}, line {line_number}", "delete that line (its prompt is measured again)")
+            if line_number
+            else (str(path), "delete the file (the costs are measured again)")
+        )
+        raise InputError(
+            f"--resume: {where} is damaged ({type(error).__name__}: {error}): {fix}, "
+            "or drop --resume to start afresh"
+        ) from None
 
 
 def _pair_name(args: argparse.Namespace) -> str:
@@ -269,14 +289,20 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load_costs(out: Path, setup: dict[str, Any]) -> CostProfile | None:
-    """The costs of an earlier run in `out`; ConfigError when it was made with another setup."""
+    """The costs of an earlier run in `out`; ConfigError when it was made with another setup
+    (pair, dtype, max new tokens): its records must not be mixed with this run's."""
     path = out / COSTS_FILE
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    if data.get("setup", setup) != setup:
+    profile, stored = _parsed(
+        path,
+        None,
+        path.read_text(errors="replace"),
+        lambda data: (CostProfile.from_json(data), data.get("setup", setup)),
+    )
+    if stored != setup:
         raise ConfigError(
-            f"--resume: {out} holds a run with {data['setup']}, this one is {setup}: "
+            f"--resume: {out} holds a run with {stored}, this one is {setup}: "
             "use another --out, or drop --resume to start afresh"
         )
-    return CostProfile.from_json(data)
+    return profile
