@@ -7,6 +7,10 @@ prompt carries to the next; its warm-up uses a separate object), ``oracle`` (dra
 the first disagreement with the target-alone output: the best any lookahead policy can do
 with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuristic`` and
 ``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``).
+
+A new method: a `MethodSpec` in `METHOD_SPECS` (its place there is its place in the
+records, tables and plots), a branch in `MethodRunner.run`, and, for a column of the main
+table, an entry in `dynaspec.eval.bench.report.SPEEDUP_COLUMNS`.
 """
 
 from __future__ import annotations

@@ -26,6 +26,16 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _row(*cells: str) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def _header(*cells: str) -> list[str]:
+    """A markdown table's header row and separator."""
+    return [_row(*cells), "|" + "---|" * len(cells)]
+
+
 def render_markdown(summary: dict[str, Any], plot_names: Sequence[str] = ()) -> str:
     """The markdown report."""
     groups = summary["groups"]
@@ -91,9 +101,16 @@ def _distribution_section(groups: Groups, names: list[str]) -> list[str]:
         "",
         "## Oracle lookahead distribution",
         "",
-        "| group | prompts | rounds (censored) | mean L | std L | p10 | p25 | p50 | p75 | p90 "
-        "| max | mean r |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_header(
+            "group",
+            "prompts",
+            "rounds (censored)",
+            "mean L",
+            "std L",
+            *(f"p{q}" for q in PERCENTILES),
+            "max",
+            "mean r",
+        ),
     ]
     for name in names:
         g = groups[name]
@@ -109,8 +126,7 @@ def _distribution_section(groups: Groups, names: list[str]) -> list[str]:
         "",
         "Share of rounds by agreeing run r (tokens of the draft the target accepts):",
         "",
-        "| group | " + " | ".join(f"r = {label}" for label in labels) + " |",
-        "|---|" + "---|" * len(labels),
+        *_header("group", *(f"r = {label}" for label in labels)),
     ]
     for name in names:
         shares = groups[name]["run_shares"]
@@ -128,8 +144,7 @@ def _per_prompt_section(groups: Groups, names: list[str]) -> list[str]:
     """Per-prompt mean oracle lookahead: its spread per group, and every prompt."""
     lines = ["", "## Per-prompt mean oracle lookahead", ""]
     lines += [
-        "| group | min | p25 | median | p75 | max | prompts |",
-        "|---|---|---|---|---|---|---|",
+        *_header("group", "min", "p25", "median", "p75", "max", "prompts"),
     ]
     for name in names:
         means = [
@@ -167,15 +182,14 @@ def _forward_counts_section(groups: Groups, names: list[str]) -> list[str]:
         "Target / draft forward passes summed over the prompts of each group (the oracle "
         "row is the replayed oracle; the real run's counts are in its own row).",
         "",
-        "| method | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
+        *_header("method", *names),
     ]
     for method in methods:
         cells = []
         for name in names:
             c = groups[name]["forward_counts"].get(method)
             cells.append(f"{c['target']} / {c['draft']}" if c else "–")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append(_row(method, *cells))
     return lines
 
 
@@ -207,7 +221,7 @@ def _speedup_section(summary: dict[str, Any], groups: Groups, names: list[str]) 
             if any_measured:
                 value = _measured(groups[name]["measured_speedup"], method)
                 cells.append(f"{value:.2f}x" if value is not None else "–")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append(_row(method, *cells))
     if any_measured:
         bench = summary.get("bench") or {}
         lines += [
@@ -239,8 +253,7 @@ def _calibration_section(groups: Groups, names: list[str]) -> list[str]:
         "Rate at which the draft's teacher-forced token equals the target's, by the draft's "
         "confidence in it.",
         "",
-        "| confidence | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
+        *_header("confidence", *names),
     ]
     for index in range(CALIBRATION_BINS):
         first = groups[names[0]]["calibration"][index] if names else None
@@ -250,7 +263,7 @@ def _calibration_section(groups: Groups, names: list[str]) -> list[str]:
         for name in names:
             b = groups[name]["calibration"][index]
             cells.append(f"{b['rate']:.0%} (n={b['count']})" if b["rate"] is not None else "–")
-        lines.append(f"| {first['low']:.1f}-{first['high']:.1f} | " + " | ".join(cells) + " |")
+        lines.append(_row(f"{first['low']:.1f}-{first['high']:.1f}", *cells))
     return lines
 
 
@@ -260,9 +273,11 @@ def _consistency_section(groups: Groups, names: list[str]) -> list[str]:
         "",
         "## Consistency checks",
         "",
-        "| group | real oracle output = reference | replayed oracle = real oracle, round "
-        "for round |",
-        "|---|---|---|",
+        *_header(
+            "group",
+            "real oracle output = reference",
+            "replayed oracle = real oracle, round for round",
+        ),
     ]
     for name in names:
         c = groups[name]["consistency"]
@@ -303,8 +318,13 @@ def _timing_section(groups: Groups, names: list[str]) -> list[str]:
         "",
         "## Model time",
         "",
-        "| group | reference decode | real oracle decode | draft trace | target step in decode |",
-        "|---|---|---|---|---|",
+        *_header(
+            "group",
+            "reference decode",
+            "real oracle decode",
+            "draft trace",
+            "target step in decode",
+        ),
     ]
     for name in names:
         t = groups[name]["timing"]

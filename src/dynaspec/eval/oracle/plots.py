@@ -117,24 +117,16 @@ def _forward_counts(summary: dict[str, Any], tasks: list[str]) -> Drawn:
     for row, kind in enumerate(("target", "draft")):
         for task, color in zip(tasks, COLORS * 4, strict=False):
             counts = groups[task]["forward_counts"]
-            if static:
-                axes[row][0].plot(
-                    [k for k, _ in static],
-                    [counts[m][kind] for _, m in static],
-                    marker="o",
-                    color=color,
-                    label=task,
-                )
-                axes[row][0].axhline(counts["oracle"][kind], color=color, linestyle="--")
-            if dynamic:
-                axes[row][1].plot(
-                    [t for t, _ in dynamic],
-                    [counts[m][kind] for _, m in dynamic],
-                    marker="s",
-                    color=color,
-                    label=task,
-                )
-                axes[row][1].axhline(counts["oracle"][kind], color=color, linestyle="--")
+            for ax, methods, marker in ((axes[row][0], static, "o"), (axes[row][1], dynamic, "s")):
+                if methods:
+                    ax.plot(
+                        [x for x, _ in methods],
+                        [counts[m][kind] for _, m in methods],
+                        marker=marker,
+                        color=color,
+                        label=task,
+                    )
+                    ax.axhline(counts["oracle"][kind], color=color, linestyle="--")
         axes[row][0].set_xlabel("static lookahead k")
         axes[row][1].set_xlabel("dynamic confidence threshold (max 20 tokens)")
         for ax in axes[row]:
