@@ -381,3 +381,28 @@ def test_max_time_stops_a_real_run_early() -> None:
     target = Sleepy(lambda prefix: torch.arange(8.0), vocab_size=8)
     out = dynaspec.generate(target, None, torch.tensor([[1]]), max_new_tokens=5000, max_time=0.2)
     assert out.stats.summary().new_tokens < 5000
+
+
+# ---------------------------------------------------------------------------------------
+# On a GPU (skipped without one): processors and criteria run where the target's logits are
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_processors_on_a_cuda_target_with_a_cpu_prompt(byte_pair: tuple) -> None:
+    target, draft, tokenizer = (copy.deepcopy(m) for m in byte_pair[:2]) + (byte_pair[2],)
+    target, draft = target.cuda(), draft.cuda()
+    prompt = torch.tensor([[72, 105, 33]])  # on the CPU, as a tokenizer returns it
+    keywords = dict(CASES["everything"], eos_token_id=[40], stop_strings=["RIF"])
+    expected = hf_reference(
+        target, prompt.cuda(), max_new_tokens=16, tokenizer=tokenizer, **keywords
+    )
+    out = dynaspec.generate(
+        target, draft, prompt, max_new_tokens=16, tokenizer=tokenizer, **keywords
+    )
+    assert out.sequences.tolist() == expected.tolist()
+    sampled = dynaspec.generate(
+        target, draft, prompt, max_new_tokens=16, do_sample=True, seed=0, top_p=0.9,
+        repetition_penalty=1.2, min_p=0.01, output_scores=True,
+    )  # fmt: skip
+    assert sampled.scores[0].device.type == "cuda"

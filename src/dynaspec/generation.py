@@ -87,10 +87,12 @@ def generate(
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
+    # Processors run where the target's logits and the committed tokens live.
+    on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
     processors = full_processor_list(
-        settings.sampling, settings.processors, logits_processor, prompt, input_length, limits
+        settings.sampling, settings.processors, logits_processor, on_target, input_length, limits
     )
-    sampler = TokenSampler(settings.sampling, device=prompt.device, processors=processors)
+    sampler = TokenSampler(settings.sampling, device=on_target.device, processors=processors)
     criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
     with torch.inference_mode():
