@@ -15,8 +15,8 @@ import torch
 
 from dynaspec.core.config import SCHEDULES
 from dynaspec.errors import DynaspecError
-
-DEFAULT_PAIR = "qwen2.5-coder"
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, load_models
+from dynaspec.models.presets import DEFAULT_PAIR
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,9 +30,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=("bfloat16", "float32", "float16"),
-        help="weights dtype (default bfloat16: fastest on CPU)",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}: fastest on CPU; the tiny pair: float32)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores)"
@@ -50,7 +50,7 @@ def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
         "--quantize",
         choices=("int8", "int4"),
         default=None,
-        help="weight-only quantization of target and draft (static KV cache)",
+        help="weight-only quantization of target and draft (with a static KV cache)",
     )
     parser.add_argument(
         "--draft-quantize",
@@ -60,52 +60,20 @@ def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fast_options(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(target, draft) keyword arguments compile= and quantize= from the fast-path flags."""
-    compile_ = bool(getattr(args, "compile", False))
-    quantize = getattr(args, "quantize", None)
+def fast_options(args: argparse.Namespace) -> dict[str, Any]:
+    """load_models() keywords compile=, quantize=, draft_quantize= from the fast-path flags."""
+    options: dict[str, Any] = {
+        "compile": bool(getattr(args, "compile", False)),
+        "quantize": getattr(args, "quantize", None),
+    }
     draft_quantize = getattr(args, "draft_quantize", None)
-    if draft_quantize is None:
-        draft_quantize = quantize
-    target = {"compile": compile_, "quantize": quantize}
-    draft = {"compile": compile_, "quantize": None if draft_quantize == "none" else draft_quantize}
-    return target, draft
-
-
-def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft (and the fast-path flags)."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target_fast, draft_fast = _fast_options(args)
-    if args.target is None and args.pair == "tiny":
-        from dynaspec.backends.static import make_fast
-        from dynaspec.models.tiny import tiny_pair
-
-        target, draft, tokenizer = tiny_pair()
-        return make_fast(target, **target_fast), make_fast(draft, **draft_fast), tokenizer
-    from dynaspec.models.loading import load_model, load_pair
-
-    if args.target is None:
-        pair = load_pair(
-            args.pair,
-            dtype=args.dtype,
-            threads=args.threads,
-            compile=target_fast["compile"],
-            quantize=target_fast["quantize"],
-            draft_quantize=draft_fast["quantize"],
-        )
-        return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(
-        args.target, dtype=args.dtype, threads=args.threads, **target_fast
-    )
-    draft = None
-    if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads, **draft_fast)
-    return target, draft, tokenizer
+    if draft_quantize is not None:
+        options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
+    return options
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
-    """Compiles fast adapters now, and prints how long that took (not part of decoding)."""
+    """Compiles fast adapters now and says how long it took (not part of any timing)."""
     for role, model in zip(("target", "draft"), models, strict=False):
         if hasattr(model, "warmup"):
             seconds = model.warmup(max_length)
@@ -122,12 +90,20 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
     p.add_argument("--num-assistant-tokens", type=int, default=20)
     p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    # Generation settings left unset fall back to the model's generation_config, else to
+    # dynaspec's defaults (greedy, 128 new tokens), as in dynaspec.generate.
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None, help="> 1 discourages repeats")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="ban repeated n-grams")
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+    )
+    p.add_argument("--max-time", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
@@ -155,27 +131,31 @@ def run_generate(args: argparse.Namespace) -> int:
     if text is None:
         print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
         return 2
-    target, draft, tokenizer = load_models(args)
+    target, draft, tokenizer = load_models(
+        args.pair,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        **fast_options(args),
+    )
     if args.no_draft:
         draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
-    _warm_up([target, draft], input_ids.shape[1] + args.max_new_tokens)
+    _warm_up([target, draft], input_ids.shape[1] + (args.max_new_tokens or 128))
     options = dict(
-        max_new_tokens=args.max_new_tokens,
         num_assistant_tokens=args.num_assistant_tokens,
         assistant_confidence_threshold=args.threshold,
         num_assistant_tokens_schedule=args.schedule,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         seed=args.seed,
+        tokenizer=tokenizer,
+        **generation_keywords(args),
     )
     if args.compare and draft is not None:  # untimed warm-up of both paths
-        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens)}
+        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens or 4)}
         generate(target, draft, input_ids, **warm)
         generate(target, None, input_ids, **warm)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -189,7 +169,7 @@ def run_generate(args: argparse.Namespace) -> int:
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
-        if args.sample:
+        if out.stats.do_sample:
             verdict += " (sampling: outputs differ by design; distributions are equal)"
         elif not same and not getattr(target.config, "is_encoder_decoder", False):
             verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
@@ -201,11 +181,27 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def generation_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """transformers' generation keywords for the options given on the command line."""
+    chosen = {
+        "max_new_tokens": args.max_new_tokens,
+        "do_sample": True if args.sample else None,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "stop_strings": args.stop,
+        "max_time": args.max_time,
+    }
+    return {key: value for key, value in chosen.items() if value is not None}
+
+
 def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.bench.run import classify_mismatch
+    from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -233,7 +229,8 @@ def _print_models() -> int:
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+    from dynaspec.eval.bench.run import run_bench
 
     p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
     add_bench_arguments(p)
@@ -241,7 +238,8 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+    from dynaspec.eval.oracle.run import run_oracle
 
     p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
     add_oracle_arguments(p)

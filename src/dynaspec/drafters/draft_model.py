@@ -54,9 +54,11 @@ class ModelDrafter:
         started = device_clock(self.device)
         for index in range(lookahead):
             logits = self.model.forward(pending, 1)[0]  # (V,)
-            probs = sampler.probs(logits[None])[0]  # (V,)
+            # Processed with the committed tokens + this round's drafts as the prefix.
+            scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
+            probs = sampler.normalize(scores[None])[0]  # (V,)
             try:
-                token = sampler.pick(logits, probs)
+                token = sampler.pick(scores, probs)
             except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
                 check_finite(bool(torch.isfinite(logits).all()), self.model)
                 raise
