@@ -47,7 +47,7 @@ def test_smoke_run_writes_a_matching_record_per_prompt_and_method(smoke_run):
     status, out = smoke_run
     assert status == 0
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    methods = set(bench_methods.METHODS)
+    methods = set(bench_methods.DEFAULT_METHODS)
     prompts = {(r["task"], r["prompt_id"]) for r in records}
     assert len(prompts) == len(bench.SMOKE_PROMPTS) * bench_args.SMOKE_N
     assert Counter((r["task"], r["prompt_id"], r["method"]) for r in records) == {

@@ -243,3 +243,35 @@ def test_int4_linear_close_to_the_original() -> None:
     assert error < 0.1 * linear(x).abs().max()
     with pytest.raises(ConfigError, match="use quantize='int8'"):
         Int4Linear(torch.nn.Linear(64, 40).weight.detach(), None)
+
+
+def test_bench_fast_methods_compare_with_their_own_target(tmp_path) -> None:
+    import argparse
+    import json
+
+    from dynaspec.eval.bench import run as bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    methods = "fast-adaptive,int8-adaptive"
+    argv = ["--smoke", "--max-new-tokens", "8", "--no-progress", "--methods", methods]
+    status = bench.run_bench(parser.parse_args([*argv, "--out", str(tmp_path)]))
+    assert status == 0
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    by_method: dict[str, list[dict]] = {}
+    for record in records:
+        by_method.setdefault(record["method"], []).append(record)
+    # The references run too: each fast method's own target alone.
+    assert set(by_method) == {
+        "target",
+        "static-target",
+        "fast-adaptive",
+        "int8-target",
+        "int8-adaptive",
+    }
+    for name, reference in [("fast-adaptive", "static-target"), ("int8-adaptive", "int8-target")]:
+        for record in by_method[name]:
+            assert record["reference_method"] == reference and record["matches_target"] is True
+            assert record["weight_bytes"] > 0
+    assert all(r["matches_target"] is None for r in by_method["int8-target"])  # not compared

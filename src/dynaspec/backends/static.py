@@ -78,6 +78,13 @@ def _compile(function: Any) -> Any:
         return torch.compile(function, dynamic=False)
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds (a oneDNN-prepacked weight reports its logical size)."""
+    if tensor.layout == torch._mkldnn:  # type: ignore[attr-defined]
+        return tensor.numel() * tensor.element_size()
+    return tensor.untyped_storage().nbytes()
+
+
 def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
@@ -106,6 +113,7 @@ class StaticAdapter:
         self.vocab_size = _config_int(model.config, "vocab_size") or 0
         self.max_length = _config_int(model.config, "max_position_embeddings")
         self.device = self.decoder.device
+        self.dtype = self.decoder.dtype  # activations, logits and the KV cache
         self.num_cached = 0
         self.compile_time_s = 0.0  # seconds spent compiling so far (first call per bucket)
         self._cache: list[torch.Tensor] = []
@@ -124,6 +132,16 @@ class StaticAdapter:
             f"StaticAdapter({self.name}, quantize={self.fast.quantize}, "
             f"compile={self.fast.compile}, scope={self.fast.compile_scope})"
         )
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights this adapter runs (shared or its own; the cache excluded)."""
+        seen: set[int] = set()
+        total = 0
+        for tensor in [*self.decoder.parameters(), *self.decoder.buffers()]:
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                total += _nbytes(tensor)
+        return total
 
     @property
     def capacity(self) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends.hf import decoder_start_token_id
+from dynaspec.core.protocols import ModelAdapter
 
 DEFAULT_TIE_STEPS = 4.0  # "within a few bf16 steps" of the top logit: a tie
 
@@ -99,6 +100,12 @@ def classify_logits(
     )
 
 
+def model_dtype(model: Any) -> torch.dtype:
+    """The dtype a model (a transformers model, or an adapter with `dtype`) computes in."""
+    dtype = getattr(model, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else next(model.parameters()).dtype
+
+
 def _is_encoder_decoder(model: Any) -> bool:
     return bool(getattr(model.config, "is_encoder_decoder", False))
 
@@ -115,11 +122,17 @@ def classify_mismatch(
     position = first_difference(reference, output)
     if position is None:
         raise ValueError("the outputs are identical: nothing to classify")
-    torch_dtype = getattr(torch, dtype) if dtype else next(target.parameters()).dtype
+    torch_dtype = getattr(torch, dtype) if dtype else model_dtype(target)
     target_token = reference[position] if position < len(reference) else None
     method_token = output[position] if position < len(output) else None
-    device = next(target.parameters()).device
     common = torch.tensor(list(reference[:position]), dtype=torch.long)
+    if isinstance(target, ModelAdapter):  # a fast adapter: its own forward, as it decodes
+        prefix = torch.cat([input_ids[0].cpu(), common])
+        with torch.inference_mode():
+            target.begin(prefix[None], max_length=prefix.numel())
+            logits = target.forward(prefix, 1)[0]  # (V,)
+        return classify_logits(logits, position, target_token, method_token, torch_dtype, tie_steps)
+    device = next(target.parameters()).device
     with torch.inference_mode():
         if _is_encoder_decoder(target):
             start = torch.tensor([decoder_start_token_id(target)])

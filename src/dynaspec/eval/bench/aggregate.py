@@ -80,7 +80,7 @@ def mismatch_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Counter[s
     for record in records:
         for task in (record["task"], ALL_TASKS_ROW):
             counts[task]["records"] += 1
-            if not record.get("matches_target", True):
+            if record.get("matches_target", True) is False:  # None: not compared
                 kind = (record.get("mismatch") or {}).get("kind") or "BUG"
                 counts[task][kind] += 1
     return dict(counts)

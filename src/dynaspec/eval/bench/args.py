@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dynaspec.eval import provenance
-from dynaspec.eval.bench.methods import METHODS
+from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import DEFAULT_PAIR
@@ -63,8 +63,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument(
         "--methods",
-        default=",".join(METHODS),
-        help=f"comma-separated subset of: {', '.join(METHODS)} (default: all)",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated subset of: {', '.join(METHODS)} (default: all but the fast "
+        "and llama.cpp methods)",
     )
     run.add_argument(
         "--max-new-tokens",
@@ -78,6 +79,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TIE_STEPS,
         help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
+    )
+    run.add_argument(
+        "--fast-compile",
+        action="store_true",
+        help="compile the fast methods' forwards with torch.compile (default: eager with "
+        "prepacked weights, which measured faster on CPU)",
     )
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -6,7 +6,10 @@
 prompt carries to the next; its warm-up uses a separate object), ``oracle`` (drafts up to
 the first disagreement with the target-alone output: the best any lookahead policy can do
 with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuristic`` and
-``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``).
+``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``); the fast
+methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive`` (static KV
+cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and ``llamacpp-target``
+(llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``).
 
 A new method: a `MethodSpec` in `METHOD_SPECS` (its place there is its place in the
 records, tables and plots), a branch in `MethodRunner.run`, and, for a column of the main
@@ -24,6 +27,7 @@ from typing import Any
 import torch
 
 from dynaspec.errors import ConfigError
+from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, FastModels
 from dynaspec.eval.hf_peer import (
     HF_DYNAMIC,
     HF_HEURISTIC,
@@ -43,6 +47,7 @@ class MethodSpec:
     family: str  # "dynaspec" | "hf"
     speculative: bool  # uses the draft (False: the target decodes alone)
     description: str  # one line for --help and the README
+    reference: str | None = "target"  # the method whose output it must equal (None: none)
 
 
 METHOD_SPECS: tuple[MethodSpec, ...] = (
@@ -58,8 +63,19 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
     MethodSpec("hf-target", "hf", False, "transformers generate(), greedy, no assistant"),
     MethodSpec("hf-heuristic", "hf", True, "transformers assisted, heuristic (5, +2/-1)"),
     MethodSpec("hf-dynamic", "hf", True, "transformers assisted, default dynamic (20, 0.4)"),
+    *(
+        MethodSpec(m.name, "fast", m.draft is not None, m.description, m.reference)
+        for m in FAST_METHODS.values()
+    ),
+    MethodSpec(LLAMACPP, "llamacpp", False, "llama.cpp, the target's GGUF alone", None),
 )
+SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in METHOD_SPECS}
 METHODS: tuple[str, ...] = tuple(spec.name for spec in METHOD_SPECS)
+# What --methods runs by default: every method on the loaded pair as it is (the fast methods
+# build more models, llama.cpp needs its extra: name them to run them).
+DEFAULT_METHODS: tuple[str, ...] = tuple(
+    spec.name for spec in METHOD_SPECS if spec.family in ("dynaspec", "hf")
+)
 BASELINE = "target"
 HF_ASSIST: dict[str, HFAssistConfig] = {"hf-heuristic": HF_HEURISTIC, "hf-dynamic": HF_DYNAMIC}
 WARMUP_TOKENS = 8  # new tokens of each untimed warm-up generation
@@ -97,6 +113,8 @@ class MethodRunner:
         self.pad_token_id = pad_token_id
         self.peer = HFPeer(target, draft)
         self.warm_policy: Any = None
+        self.fast: FastModels | None = None  # set by the caller when fast methods run
+        self.llamacpp: Any = None  # a LlamaCppPeer, set by the caller for llamacpp-target
 
     def warm_up(self, input_ids: torch.Tensor, methods: Sequence[str]) -> None:
         """One short untimed generation per method (adaptive-warm on a throwaway policy)."""
@@ -141,13 +159,50 @@ class MethodRunner:
             return self._measure_hf(input_ids, None)
         if name in HF_ASSIST:
             return self._measure_hf(input_ids, HF_ASSIST[name])
+        if name in FAST_METHODS:
+            return self._measure_fast(name, input_ids)
+        if name == LLAMACPP:
+            return self._measure_llamacpp(input_ids)
         raise ConfigError(f"unknown method {name!r}")
+
+    def reference_model(self, name: str) -> Any:
+        """The model whose output method `name` must equal (for classifying a mismatch)."""
+        reference = SPECS[name].reference
+        if self.fast is not None and reference in FAST_METHODS:
+            return self.fast.pair(reference)[0]
+        return self.target
+
+    def _measure_fast(self, name: str, input_ids: torch.Tensor) -> dict[str, Any]:
+        if self.fast is None:
+            raise ConfigError(f"method {name!r} needs the fast models (FastModels)")
+        target, draft = self.fast.pair(name)
+        kwargs = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "adaptive"}
+        measured = self._measure_dynaspec(
+            input_ids, target=target, draft=draft, **(kwargs if draft is not None else {})
+        )
+        return {**measured, **self.fast.facts(name)}
+
+    def _measure_llamacpp(self, input_ids: torch.Tensor) -> dict[str, Any]:
+        if self.llamacpp is None:
+            raise ConfigError(f"method {LLAMACPP!r} needs a LlamaCppPeer")
+        eos = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        result = self.llamacpp.generate(input_ids, self.max_new_tokens, [e for e in eos if e])
+        wall, count = result.wall_time_s, len(result.new_ids)
+        return {
+            "family": "llamacpp",
+            "new_tokens": count,
+            "wall_time_s": wall,
+            "tokens_per_s": count / wall if wall > 0 else None,
+            "gguf": self.llamacpp.path,
+            "output_ids": result.new_ids,
+        }
 
     def _measure_dynaspec(self, input_ids: torch.Tensor, **kwargs: Any) -> dict[str, Any]:
         draft = kwargs.pop("draft", self.draft)
+        target = kwargs.pop("target", self.target)
         start = perf_counter()
         output = generate(
-            self.target,
+            target,
             draft,
             input_ids,
             max_new_tokens=self.max_new_tokens,
@@ -244,5 +299,11 @@ def method_order(methods: Sequence[str], prompt_index: int) -> list[str]:
 
 
 def runnable_methods(methods: Sequence[str]) -> tuple[str, ...]:
-    """The methods to run: the baseline ("target") first, then `methods` without it."""
-    return (BASELINE, *(name for name in methods if name != BASELINE))
+    """The methods to run: the baseline ("target") first, then `methods` without it, then
+    any method another one must be compared with (a fast method's own target alone)."""
+    chosen = [BASELINE, *(name for name in methods if name != BASELINE)]
+    for name in list(chosen):
+        reference = SPECS[name].reference
+        if reference is not None and reference not in chosen:
+            chosen.append(reference)
+    return tuple(chosen)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from dynaspec.eval.bench.args import DEFAULT_MAX_NEW_TOKENS
-from dynaspec.eval.bench.methods import METHODS, WARMUP_TOKENS
+from dynaspec.eval.bench.methods import DEFAULT_METHODS, WARMUP_TOKENS
 from dynaspec.eval.hf_peer import sklearn_available
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
@@ -36,7 +36,7 @@ class BenchPrompt:
 class BenchConfig:
     """What one benchmark run measures."""
 
-    methods: tuple[str, ...] = METHODS  # in rotation order; "target" is always run first
+    methods: tuple[str, ...] = DEFAULT_METHODS  # in rotation order; "target" runs first
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # fixed for every method and prompt
     warmup: bool = True  # one untimed short generation per method before timing
     tie_steps: float = DEFAULT_TIE_STEPS  # classification bound for a numerical tie
@@ -52,7 +52,7 @@ class BenchResult:
 
     @property
     def mismatches(self) -> list[dict[str, Any]]:
-        return [record for record in self.records if not record["matches_target"]]
+        return [record for record in self.records if record["matches_target"] is False]
 
 
 _RECORD_ORDER = (
@@ -118,7 +118,7 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
             continue
         speedups = [r["speedup_vs_target"] for r in rows if r["speedup_vs_target"]]
         rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
-        bad = [r for r in rows if not r["matches_target"]]
+        bad = [r for r in rows if r["matches_target"] is False]
         lines.append(
             f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"

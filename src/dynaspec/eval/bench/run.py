@@ -60,6 +60,7 @@ from dynaspec.eval.bench.args import (
 )
 from dynaspec.eval.bench.methods import (
     BASELINE,
+    SPECS,
     WARMUP_PROMPT_TOKENS,
     MethodRunner,
     method_order,
@@ -76,7 +77,7 @@ from dynaspec.eval.bench.records import (
     summary_text,
 )
 from dynaspec.eval.data import Prompt
-from dynaspec.eval.mismatch import Divergence, classify_mismatch
+from dynaspec.eval.mismatch import Divergence, classify_mismatch, model_dtype
 from dynaspec.models.loading import eos_token_ids, load_models
 from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
 
@@ -154,6 +155,7 @@ def run_bench(args: argparse.Namespace) -> int:
         eos_token_id=list(eos_token_ids(target, tokenizer)) or None,
         pad_token_id=_pad_id(target, tokenizer),
         jsonl_path=jsonl_path,
+        peers=_peers(args, methods, prompts, max_new_tokens, target, draft, run_info),
     )
     markdown = render_report(jsonl_path, out_dir)
     print(markdown)
@@ -172,16 +174,20 @@ def run_benchmark(
     eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
     jsonl_path: str | os.PathLike[str] | None = None,
+    peers: dict[str, Any] | None = None,
 ) -> BenchResult:
     """Runs every method of `config` on every prompt; returns (and writes) the records.
 
     `target` and `draft` are transformers models (the hf-* methods call their generate()).
+    `peers`: "fast" (FastModels) and "llamacpp" (LlamaCppPeer) for the methods that use them.
     Each record is appended to `jsonl_path` (created afresh) as soon as it is complete.
     """
     if not prompts:
         raise ConfigError("no prompts to benchmark")
     methods = runnable_methods(config.methods)
     runner = MethodRunner(target, draft, config.max_new_tokens, eos_token_id, pad_token_id)
+    runner.fast = (peers or {}).get("fast")
+    runner.llamacpp = (peers or {}).get("llamacpp")
     result = BenchResult(methods=methods)
     out = None
     if jsonl_path is not None:
@@ -237,7 +243,13 @@ def _run_prompts(
                 bar.update(1)
             for name in methods:  # records in --methods order, whatever the run order
                 record = _prompt_record(
-                    runner.target, prompt, index, name, by_method, outputs, config.tie_steps
+                    runner.reference_model(name),
+                    prompt,
+                    index,
+                    name,
+                    by_method,
+                    outputs,
+                    config.tie_steps,
                 )
                 final = ordered_record(record, run_info)
                 result.records.append(final)
@@ -255,16 +267,22 @@ def _prompt_record(
     outputs: dict[str, list[int]],
     tie_steps: float,
 ) -> dict[str, Any]:
-    """The measurements of `name` on `prompt`, compared with the target-alone output."""
-    measured, output, reference = by_method[name], outputs[name], outputs[BASELINE]
+    """The measurements of `name` on `prompt`, compared with its reference's output (the
+    target alone's, or a fast method's own target alone's) by the reference's `target`."""
+    measured, output = by_method[name], outputs[name]
+    reference_method = SPECS[name].reference
+    reference = outputs[reference_method or BASELINE]
     divergence = None
-    if output != reference:
-        dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+    if output != reference and reference_method is not None:
+        dtype = str(model_dtype(target)).removeprefix("torch.")
         divergence = classify_mismatch(
             target, prompt.input_ids, reference, output, tie_steps, dtype
         )
         _warn_mismatch(prompt, name, divergence)
-    measured["matches_target"] = divergence is None
+    # None: not compared (a differently quantized model); same_as_target says if it agreed.
+    measured["matches_target"] = divergence is None if reference_method is not None else None
+    measured["reference_method"] = reference_method
+    measured["same_as_target"] = output == outputs[BASELINE]
     measured["mismatch"] = asdict(divergence) if divergence else None
     measured["output_sha"] = output_digest(output)
     if name == BASELINE or divergence is not None:
@@ -314,6 +332,47 @@ def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any
         return label, "tiny-llama (random)", "tiny-llama (perturbed copy)", target, draft, tokenizer
     preset = get_pair_preset(pair or DEFAULT_PAIR)
     return preset.name, preset.target, preset.draft, target, draft, tokenizer
+
+
+def _peers(
+    args: argparse.Namespace,
+    methods: Sequence[str],
+    prompts: Sequence[BenchPrompt],
+    max_new_tokens: int,
+    target: Any,
+    draft: Any,
+    run_info: dict[str, Any],
+) -> dict[str, Any]:
+    """The fast models and the llama.cpp model, when `methods` use them."""
+    from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, FastModels
+
+    peers: dict[str, Any] = {}
+    if any(SPECS[name].reference in FAST_METHODS or name in FAST_METHODS for name in methods):
+        longest = max(int(p.input_ids.shape[1]) for p in prompts)
+        peers["fast"] = FastModels(
+            target, draft, compile=args.fast_compile, max_length=longest + max_new_tokens
+        )
+    if LLAMACPP in methods:
+        from dynaspec.eval.llamacpp_peer import LlamaCppPeer
+
+        gguf = _target_gguf(args)
+        peers["llamacpp"] = LlamaCppPeer(gguf, threads=torch.get_num_threads())
+        run_info["llamacpp_gguf"] = str(gguf)
+    return peers
+
+
+def _target_gguf(args: argparse.Namespace) -> Path:
+    """The target's GGUF: --target itself, or the pair's target preset (joined if needed)."""
+    from dynaspec.models import cache as model_cache
+    from dynaspec.models.presets import get_model_preset
+
+    if args.target:
+        if str(args.target).endswith(".gguf"):
+            return Path(args.target)
+        preset = get_model_preset(args.target)
+    else:
+        preset = get_model_preset(get_pair_preset(args.pair or DEFAULT_PAIR).target)
+    return model_cache.ensure_gguf(preset)
 
 
 def _short_name(name: str) -> str:

@@ -1,0 +1,106 @@
+"""The fast methods of `dynaspec bench`, and the llama.cpp anchor.
+
+Fast methods decode with model adapters (dynaspec.backends.static) built from the loaded
+transformers target and draft: a static KV cache, bf16 weights prepacked for oneDNN or int8
+weights, forwards compiled with `--fast-compile`. Each is lossless relative to its own
+target, so its output is compared with that target's own output (`reference`):
+
+    static-target    bf16 static target alone                 vs target (ties only)
+    fast-adaptive    bf16 static target + int8 draft, adaptive vs static-target
+    int8-target      int8 target alone                         (a quantized model: not compared)
+    int8-adaptive    int8 target + int8 draft, adaptive        vs int8-target
+    llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
+
+Each variant is built once, on first use, and compiled then (all buckets, for the longest
+prompt of the run): build and compile times and the bytes of weights each holds go into the
+records, apart from the timed generations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from dynaspec.backends.static import FastConfig, StaticAdapter
+from dynaspec.errors import ConfigError
+
+LLAMACPP = "llamacpp-target"
+
+
+@dataclass(frozen=True)
+class FastMethod:
+    """A decoding method on fast adapters."""
+
+    name: str  # as given to --methods
+    target: str  # target variant: "bf16" (prepacked) or "int8"
+    draft: str | None  # draft variant ("int8"), or None: the target alone
+    reference: str | None  # the method whose output this one must equal (None: no check)
+    description: str  # one line for the README and --help
+
+
+FAST_METHODS: dict[str, FastMethod] = {
+    method.name: method
+    for method in (
+        FastMethod("static-target", "bf16", None, "target", "bf16 static-cache target alone"),
+        FastMethod(
+            "fast-adaptive", "bf16", "int8", "static-target", "bf16 static target, int8 draft"
+        ),
+        FastMethod("int8-target", "int8", None, None, "int8 static-cache target alone"),
+        FastMethod(
+            "int8-adaptive", "int8", "int8", "int8-target", "int8 target, int8 draft, adaptive"
+        ),
+    )
+}
+
+# Variant name -> FastConfig fields (compile comes from --fast-compile).
+_VARIANTS: dict[str, dict[str, Any]] = {
+    # Prepacking does not trace: compiled bf16 forwards keep the model's own weights.
+    "bf16": {"prepack": True},
+    "int8": {"quantize": "int8", "prepack": True},
+}
+
+
+class FastModels:
+    """The fast adapters of a run, built from the transformers target and draft on first use."""
+
+    def __init__(self, target: Any, draft: Any, *, compile: bool, max_length: int) -> None:
+        self.models = {"target": target, "draft": draft}
+        self.compile = compile
+        self.max_length = max_length  # the longest prompt + max_new_tokens of the run
+        self.adapters: dict[tuple[str, str], StaticAdapter] = {}
+        self.build_time_s: dict[str, float] = {}  # "target-int8" -> seconds
+
+    def adapter(self, role: str, variant: str) -> StaticAdapter:
+        """The `variant` ("bf16", "int8") of the target or the draft (`role`), compiled."""
+        key = (role, variant)
+        if key not in self.adapters:
+            if self.models[role] is None:
+                raise ConfigError(f"the fast methods need a {role} model")
+            fields = dict(_VARIANTS[variant])
+            if self.compile:
+                fields["prepack"] = False
+            config = FastConfig(compile=self.compile, **fields)
+            start = perf_counter()
+            adapter = StaticAdapter(self.models[role], config)
+            adapter.warmup(self.max_length)  # compiles every bucket now, not while timed
+            self.build_time_s[f"{role}-{variant}"] = perf_counter() - start
+            self.adapters[key] = adapter
+        return self.adapters[key]
+
+    def pair(self, name: str) -> tuple[StaticAdapter, StaticAdapter | None]:
+        """(target, draft or None) of fast method `name`."""
+        method = FAST_METHODS[name]
+        target = self.adapter("target", method.target)
+        draft = self.adapter("draft", method.draft) if method.draft else None
+        return target, draft
+
+    def facts(self, name: str) -> dict[str, Any]:
+        """What a record of fast method `name` says about its models besides the timing."""
+        target, draft = self.pair(name)
+        models = [target] + ([draft] if draft is not None else [])
+        return {
+            "compile_time_s": round(sum(m.compile_time_s for m in models), 3),
+            "weight_bytes": sum(m.weight_bytes() for m in models),
+            "fast_models": [repr(m) for m in models],
+        }
