@@ -275,3 +275,26 @@ def test_bench_fast_methods_compare_with_their_own_target(tmp_path) -> None:
             assert record["reference_method"] == reference and record["matches_target"] is True
             assert record["weight_bytes"] > 0
     assert all(r["matches_target"] is None for r in by_method["int8-target"])  # not compared
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+@pytest.mark.parametrize("rows", [1, 5])
+def test_prepacked_bf16_linear_equals_the_original(rows: int) -> None:
+    from dynaspec.backends.quant import PackedLinear
+
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    packed = PackedLinear(linear)
+    assert packed.dense.packed
+    assert torch.equal(packed(x), linear(x))
+
+
+def test_static_bf16_adapter_follows_transformers_logits() -> None:
+    model = tiny_model("qwen2", vocab_size=VOCAB, hidden_size=32).to(torch.bfloat16)
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        reference = model(ids).logits[0].float()
+    adapter = make_fast(model, static=True)
+    logits = feed(adapter, ids[:, :4], [ids[0, 4:].tolist()]).float()
+    assert (logits.argmax(-1) == reference.argmax(-1)).all()
+    torch.testing.assert_close(logits, reference, atol=0.1, rtol=0.05)

@@ -40,7 +40,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
-    """--compile / --quantize / --draft-quantize: the fast path (dynaspec.backends.static)."""
+    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static)."""
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="static KV cache and prepacked bf16 weights (Llama/Qwen2; fastest bf16 on CPU)",
+    )
     parser.add_argument(
         "--compile",
         action="store_true",
@@ -61,8 +66,9 @@ def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def fast_options(args: argparse.Namespace) -> dict[str, Any]:
-    """load_models() keywords compile=, quantize=, draft_quantize= from the fast-path flags."""
+    """load_models() keywords static=, compile=, quantize=, draft_quantize= from the flags."""
     options: dict[str, Any] = {
+        "static": bool(getattr(args, "static", False)),
         "compile": bool(getattr(args, "compile", False)),
         "quantize": getattr(args, "quantize", None),
     }

@@ -162,19 +162,21 @@ def load_model(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
 ) -> tuple[Any, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
 
-    With `compile=True` or `quantize` ("int8", "int4") the model comes back as a fast model
-    adapter (dynaspec.backends.static.StaticAdapter: a static KV cache, forwards compiled
-    with torch.compile, weight-only quantized linear layers) that `generate` takes as the
-    target or the draft; it exposes `config`, `generation_config`, `device` and
-    `compile_time_s`. Llama- and Qwen2-style models only.
+    With `static`, `compile` or `quantize` the model comes back as a fast model adapter
+    (dynaspec.backends.static.StaticAdapter) that `generate` takes as the target or the
+    draft: a static KV cache and bf16 weights prepacked for oneDNN (`static=True`), forwards
+    compiled with torch.compile (`compile=True`), weight-only int8/int4 linear layers
+    (`quantize="int8"`). It exposes `config`, `generation_config`, `device` and
+    `compile_time_s`; the transformers model itself is released. Llama/Qwen2-style only.
     """
     model, tokenizer = _load_model(name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir)
-    return make_fast(model, compile=compile, quantize=quantize), tokenizer
+    return make_fast(model, static=static, compile=compile, quantize=quantize), tokenizer
 
 
 def _load_model(
@@ -298,6 +300,7 @@ def load_pair(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
@@ -305,9 +308,9 @@ def load_pair(
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
     Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
-    pip command if a model's packages are not installed. `compile` and `quantize` make both
-    models fast adapters (see load_model); `draft_quantize` sets the draft's quantization
-    apart (default: as the target's), e.g. a bf16 target with an int8 draft.
+    pip command if a model's packages are not installed. `static`, `compile` and `quantize`
+    make both models fast adapters (see load_model); `draft_quantize` sets the draft's
+    quantization apart (default: as the target's), e.g. a bf16 target with an int8 draft.
     """
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
@@ -327,8 +330,8 @@ def load_pair(
         draft_quantize = quantize
     return ModelPair(
         name=pair.name,
-        target=make_fast(target, compile=compile, quantize=quantize),
-        draft=make_fast(draft, compile=compile, quantize=draft_quantize),
+        target=make_fast(target, static=static, compile=compile, quantize=quantize),
+        draft=make_fast(draft, static=static, compile=compile, quantize=draft_quantize, draft=True),
         tokenizer=target_tokenizer,
     )
 
@@ -394,6 +397,7 @@ def load_models(
     dtype: str | None = None,
     threads: int | None = None,
     tiny: TinyPairConfig | None = None,
+    static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
@@ -406,12 +410,12 @@ def load_models(
     dtype: one of DTYPE_CHOICES; None gives DEFAULT_DTYPE, or float32 for the tiny pair.
     threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
     models are all per-op overhead: one thread is fastest).
-    compile, quantize, draft_quantize: the fast path, as in load_pair.
+    static, compile, quantize, draft_quantize: the fast path, as in load_pair.
     """
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
-    fast = {"compile": compile, "quantize": quantize}
-    draft_fast = {"compile": compile, "quantize": draft_quantize}
+    fast = {"static": static, "compile": compile, "quantize": quantize}
+    draft_fast = {**fast, "quantize": draft_quantize}
     if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
         from dynaspec.models.tiny import tiny_pair
 
@@ -420,7 +424,8 @@ def load_models(
         if dtype is not None:
             torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
             target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
-        return make_fast(target_model, **fast), make_fast(draft_model, **draft_fast), tokenizer
+        target_model = make_fast(target_model, **fast)
+        return target_model, make_fast(draft_model, **draft_fast, draft=True), tokenizer
     dtype = DEFAULT_DTYPE if dtype is None else dtype
     if target is None:
         loaded = load_pair(
@@ -430,7 +435,8 @@ def load_models(
     target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
     draft_model = None
     if draft is not None:
-        draft_model, _ = load_model(draft, dtype=dtype, threads=threads, **draft_fast)
+        draft_model, _ = load_model(draft, dtype=dtype, threads=threads)
+        draft_model = make_fast(draft_model, **draft_fast, draft=True)
     return target_model, draft_model, tokenizer
 
 

@@ -78,6 +78,7 @@ class FastModels:
             if self.models[role] is None:
                 raise ConfigError(f"the fast methods need a {role} model")
             fields = dict(_VARIANTS[variant])
+            fields["dense_batches"] = role == "target"  # a draft never verifies
             if self.compile:
                 fields["prepack"] = False
             config = FastConfig(compile=self.compile, **fields)
