@@ -39,7 +39,7 @@ def test_static_decoder_matches_transformers_logits(arch: str) -> None:
     ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         reference = model(ids).logits[0]  # (12, V)
-    adapter = StaticAdapter(model)
+    adapter = StaticAdapter(model, FastConfig(pad_to_buckets=True))
     # Chunks of 1, 3 (padded to 4) and 5 (padded to 8) tokens after a 3-token prompt.
     logits = feed(
         adapter, ids[:, :3], [ids[0, 3:4].tolist(), ids[0, 4:7].tolist(), ids[0, 7:].tolist()]
@@ -50,7 +50,7 @@ def test_static_decoder_matches_transformers_logits(arch: str) -> None:
 
 def test_rollback_moves_the_position_and_stale_slots_are_never_read() -> None:
     model, _ = pair()
-    adapter = StaticAdapter(model)
+    adapter = StaticAdapter(model, FastConfig(pad_to_buckets=True))
     prompt = torch.tensor([[5, 9, 2]])
     adapter.begin(prompt, max_length=40)
     cache = [t.data_ptr() for t in adapter._cache]
@@ -72,8 +72,8 @@ def test_rollback_moves_the_position_and_stale_slots_are_never_read() -> None:
 def test_padding_does_not_change_the_real_rows() -> None:
     """Three tokens padded to a bucket of 4 give the rows of the same 3 tokens fed alone."""
     model, _ = pair()
-    adapter = StaticAdapter(model, FastConfig(buckets=(1, 4)))
-    unpadded = StaticAdapter(model, FastConfig(buckets=(1,)))  # > 1 token: exact length
+    adapter = StaticAdapter(model, FastConfig(buckets=(1, 4), pad_to_buckets=True))
+    unpadded = StaticAdapter(model, FastConfig(pad_to_buckets=False))
     prompt = torch.tensor([[3, 4]])
     padded_rows = feed(adapter, prompt, [[10, 11, 12]])
     exact_rows = feed(unpadded, prompt, [[10, 11, 12]])
@@ -97,10 +97,11 @@ SCHEDULES = ["constant", "heuristic", "dynamic", "adaptive"]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_static_target_and_draft_equal_the_target_alone(arch: str, schedule: str) -> None:
+@pytest.mark.parametrize("arch,pad", [("llama", False), ("qwen2", False), ("llama", True)])
+def test_static_target_and_draft_equal_the_target_alone(arch: str, pad: bool, schedule: str):
     target, draft = pair(arch)
-    fast_target, fast_draft = StaticAdapter(target), StaticAdapter(draft)
+    config = FastConfig(pad_to_buckets=pad)
+    fast_target, fast_draft = StaticAdapter(target, config), StaticAdapter(draft, config)
     for prompt in random_prompts(3, VOCAB, seed=2):
         alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=20)
         assert torch.equal(alone.sequences, hf_greedy(target, prompt, 20))

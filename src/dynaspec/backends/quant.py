@@ -7,20 +7,34 @@ many tokens is bound by arithmetic, which the quantized kernels do not speed up.
 
 Kernels: torch's own `torch._weight_int8pack_mm` (int8 weights, one scale per output row)
 and `torch._weight_int4pack_mm_for_cpu` (int4, one scale and zero per group of
-`group_size` input columns). torchao wraps the same kernels on CPU; it is not needed.
+`group_size` input columns); oneDNN's prepacked bf16 matmul for dense weights. torchao wraps
+the same int8/int4 kernels on CPU; it is not needed.
 
-Measured on a 1536 x 8960 layer (the MLP of Qwen2.5-1.5B), 2-core AMD EPYC (Zen 4, AVX512-BF16),
-torch 2.13, 2 threads, microseconds per call, M tokens (the machine was shared; best of runs):
+Measured on one 1536 x 8960 layer (the MLP of Qwen2.5-Coder-1.5B), 2-core AMD EPYC (Zen 4,
+AVX512-BF16), torch 2.13, microseconds per call for M tokens. The machine was shared with
+other jobs: best of several runs; the first table on a nearly idle machine, 2 threads; the
+second under load, 1 thread, CPU time of the process.
 
-    M          1      2      4      8     16
-    bf16    1156   1024   1279   1837   2446
-    int8     472    539    787   1802   3702   (_weight_int8pack_mm)
-    int4     358    449    733   1582   2967   (_weight_int4pack_mm_for_cpu, groups of 128)
-    deq     2539   2453   2583   5228   3597   (int8 -> bf16 each call, then bf16)
+    M                      1      2      4      8     16
+    bf16 (F.linear)     1156   1024   1279   1837   2446
+    int8 (int8pack)      472    539    787   1802   3702
+    int4 (int4pack)      358    449    733   1582   2967   (groups of 128)
+    int8 -> bf16 + bf16 2539   2453   2583   5228   3597   (converted on every call)
 
-One token in int8 costs 0.41 of bf16, but the int8 kernel does not batch: 8 tokens cost
-3.8 single steps (bf16: 1.6). `Int8Linear` therefore switches to the dequantizing path
-above `batch_threshold` tokens (a prefill), where its cost is almost flat.
+    M (loaded, 1 thread)   1      2      4      8     16
+    bf16 (F.linear)     2739   2420   2583   3154   4217
+    bf16 prepacked      2166   2206   1716   2330   3110   (bitwise the same as F.linear)
+    int8 (int8pack)     1609   1802   2317   4763   9141
+
+One token in int8 costs 0.4-0.6 of bf16, but the int8 kernel does not batch: 8 tokens cost
+3-3.8 single steps, 16 tokens 6-8 (bf16: 1.2-1.6 and 1.5-2.1). Converting the weight on
+every call costs more than the bf16 matmul itself. Hence the int8 verification path: the
+codes q are also kept as a bf16 matrix (integers up to 127 are exact in bf16, and
+x @ q.T * scale is what int8pack computes, up to the summation order), prepacked, and any
+forward over more than DENSE_THRESHOLD tokens runs the dense kernel over them: measured on
+the whole 1.5B target (loaded, 1 thread), 8 tokens cost 1.46 int8 steps instead of 1.99.
+The price is 2 more bytes per weight, so a draft (which never verifies) keeps none and
+converts per call for its rare long forwards (a prefill, a catch-up).
 """
 
 from __future__ import annotations

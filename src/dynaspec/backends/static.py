@@ -7,11 +7,11 @@ committed tokens; rolling back moves it (`crop`), so nothing is ever reallocated
 Stale slots past the counter are overwritten by the next forward before anything attends to
 them: a token at slot p attends to slots <= p only.
 
-Shapes are bounded so that torch.compile compiles once: a forward over n <= max(buckets)
-tokens is padded to the next bucket (1, 2, 4, 8, 16, 32 by default). The padding tokens go
-to the slots right after the real ones, where the real tokens cannot see them (they come
-later) and the next forward overwrites them. Longer forwards (a prefill, a long catch-up)
-run uncompiled at their exact length.
+Shapes are bounded so that torch.compile compiles once: with `compile`, a forward over
+n <= max(buckets) tokens is padded to the next bucket (1, 2, 4, 8, 16, 32 by default). The
+padding tokens go to the slots right after the real ones, where the real tokens cannot see
+them (they come later) and the next forward overwrites them. Longer forwards (a prefill, a
+long catch-up) run uncompiled at their exact length, and so does every forward uncompiled.
 
 What is compiled (`FastConfig.compile_scope`): "layer" compiles one decoder layer and runs
 that graph for every layer, so compiling costs one layer per bucket; "model" compiles the
@@ -53,6 +53,7 @@ class FastConfig:
     compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
     buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
     prepack: bool = False  # bf16 on CPU: weights prepacked for oneDNN (a copy of each)
+    pad_to_buckets: bool | None = None  # pad forwards to a bucket (None: when compiled)
     dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
 
     def __post_init__(self) -> None:
@@ -175,7 +176,9 @@ class StaticAdapter:
         """Append (n,) tokens; return logits (num_logits, V) of the last ones."""
         n = new_tokens.numel()
         start = self.num_cached
-        bucket = next((b for b in self.fast.buckets if b >= n), n)
+        # Compiled: pad to a bucket (bounded shapes). Eager: any length runs as it is.
+        pad = self.fast.compile if self.fast.pad_to_buckets is None else self.fast.pad_to_buckets
+        bucket = next((b for b in self.fast.buckets if b >= n), n) if pad else n
         self._reserve(start + bucket)
         ids = new_tokens.to(self.device).view(1, n)
         if bucket > n:  # pad with copies of the last token; their slots are never attended
