@@ -165,7 +165,7 @@ class Int4Linear(nn.Module):
             raise ConfigError(
                 f"quantize='int4' needs layers whose input width is a multiple of 32 and "
                 f"output width a multiple of 16, got {in_features} -> {out_features}: use "
-                "quantize='int8'"
+                "quantize='int8' (CLI: --quantize int8, or --draft-quantize int8)"
             )
         groups = weight.float().reshape(out_features, in_features // group_size, group_size)
         low, high = groups.amin(-1), groups.amax(-1)  # (N, G)
