@@ -9,6 +9,8 @@ target, so its output is compared with that target's own output (`reference`):
     fast-adaptive    bf16 static target + int8 draft, adaptive vs static-target
     int8-target      int8 target alone                         (a quantized model: not compared)
     int8-adaptive    int8 target + int8 draft, adaptive        vs int8-target
+    fast-adaptive-int4, int8-adaptive-int4: the same with an int4 draft (half the draft's cost)
+    int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
 
 Each variant is built once, on first use, and compiled then (all buckets, for the longest
@@ -33,8 +35,8 @@ class FastMethod:
     """A decoding method on fast adapters."""
 
     name: str  # as given to --methods
-    target: str  # target variant: "bf16" (prepacked) or "int8"
-    draft: str | None  # draft variant ("int8"), or None: the target alone
+    target: str  # target variant: "bf16" (prepacked), "int8" or "int4"
+    draft: str | None  # draft variant ("int8", "int4"), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
 
@@ -50,6 +52,11 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "int8-adaptive", "int8", "int8", "int8-target", "int8 target, int8 draft, adaptive"
         ),
+        FastMethod(
+            "fast-adaptive-int4", "bf16", "int4", "static-target", "bf16 static, int4 draft"
+        ),
+        FastMethod("int8-adaptive-int4", "int8", "int4", "int8-target", "int8 target, int4 draft"),
+        FastMethod("int4-target", "int4", None, None, "int4 static-cache target alone"),
     )
 }
 
@@ -58,6 +65,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     # Prepacking does not trace: compiled bf16 forwards keep the model's own weights.
     "bf16": {"prepack": True},
     "int8": {"quantize": "int8", "prepack": True},
+    "int4": {"quantize": "int4", "prepack": True},
 }
 
 
