@@ -19,7 +19,7 @@ from dynaspec.core.validation import (
     check_token_ids,
     eos_ids,
 )
-from dynaspec.drafters import ModelDrafter
+from dynaspec.drafters import make_drafter
 from dynaspec.policies import make_policy
 
 __all__ = ["GenerateOutput", "generate"]
@@ -42,6 +42,8 @@ def generate(
     eos_token_id: int | list[int] | None = None,
     streamer: Any = None,
     policy: LookaheadPolicy | None = None,
+    prompt_lookup_num_tokens: int | None = None,
+    max_matching_ngram_size: int | None = None,
 ) -> GenerateOutput:
     """Generates up to `max_new_tokens` tokens with `target`, drafted by `draft`.
 
@@ -53,6 +55,9 @@ def generate(
     Parameter names follow transformers' assisted generation. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
+    `prompt_lookup_num_tokens` turns on prompt lookup (copying from the prompt and the text
+    so far, up to `max_matching_ngram_size`-grams, default 2): alone with `draft=None`, or
+    with the draft model as a hybrid (dynaspec/drafters/).
     """
     spec = SpecConfig(
         num_assistant_tokens=num_assistant_tokens,
@@ -77,5 +82,11 @@ def generate(
         policy.reset()
     sampler = TokenSampler(sampling, device=prompt.device)
     with torch.inference_mode():
-        drafter = ModelDrafter(draft_adapter) if draft_adapter is not None else None
+        drafter = make_drafter(
+            draft_adapter,
+            target_adapter.vocab_size,
+            limits.eos_token_ids,
+            prompt_lookup_num_tokens,
+            max_matching_ngram_size,
+        )
         return decode(target_adapter, drafter, prompt, policy, sampler, limits, streamer)

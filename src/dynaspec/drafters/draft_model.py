@@ -25,7 +25,13 @@ class ModelDrafter:
         self.model.begin(input_ids)
 
     def catchup(self, num_committed: int) -> int:
+        """Committed tokens the draft must still be fed before its first proposal."""
         return num_committed - self.model.num_cached
+
+    def max_lookahead(
+        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
+    ) -> int:
+        return policy.max_lookahead(self.catchup(tokens.numel()), remaining)
 
     def propose(
         self,
@@ -34,7 +40,10 @@ class ModelDrafter:
         policy: LookaheadPolicy,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
+        first_index: int = 0,
     ) -> Proposal:
+        """Drafts after `tokens` (committed, then any tokens another source proposed this
+        round: `first_index` of them, which offsets the DraftStep index the policy sees)."""
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
         drafted: list[torch.Tensor] = []
@@ -52,7 +61,9 @@ class ModelDrafter:
             if sampler.config.do_sample:  # only speculative sampling needs the rows
                 rows.append(probs)
             confidences.append(float(probs[token]))
-            step = DraftStep(index, tokens.numel() + index, int(token), confidences[-1])
+            step = DraftStep(
+                first_index + index, tokens.numel() + index, int(token), confidences[-1]
+            )
             if step.token in eos_token_ids:
                 stop_reason = "eos"
                 break
