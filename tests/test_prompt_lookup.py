@@ -258,3 +258,14 @@ def test_eos_drafted_by_the_model_after_a_copy() -> None:
     assert (record.num_lookup, record.num_drafted, record.num_accepted) == (3, 5, 5)
     assert record.stop_reason == "eos" and record.num_emitted == 5
     assert draft.calls[0] == [*prompt, 1, 2, 3]
+
+
+@pytest.mark.parametrize("draft_flag", [["--no-draft"], []])
+def test_cli_prompt_lookup(capsys: pytest.CaptureFixture[str], draft_flag: list[str]) -> None:
+    from dynaspec.cli import main
+
+    argv = ["generate", "--pair", "tiny", "--max-new-tokens", "12", "--compare", *draft_flag]
+    assert main([*argv, "--prompt-lookup", "4", "--max-matching-ngram-size", "3", "ab ab ab"]) == 0
+    out = capsys.readouterr().out
+    assert ("[prompt lookup]" if draft_flag else "+ prompt lookup]") in out
+    assert "outputs identical" in out

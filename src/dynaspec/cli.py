@@ -74,6 +74,21 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
+    p.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also draft by prompt lookup, copying up to N tokens per round "
+        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone)",
+    )
+    p.add_argument(
+        "--max-matching-ngram-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="prompt lookup matches n-grams of up to N tokens (default 2)",
+    )
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
         "--chat",
@@ -117,19 +132,25 @@ def run_generate(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        prompt_lookup_num_tokens=args.prompt_lookup,
+        max_matching_ngram_size=args.max_matching_ngram_size,
     )
-    if args.compare and draft is not None:  # untimed warm-up of both paths
-        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens)}
-        generate(target, draft, input_ids, **warm)
-        generate(target, None, input_ids, **warm)
+    plain = {**options, "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}
+    speculative = draft is not None or args.prompt_lookup is not None
+    if args.compare and speculative:  # untimed warm-up of both paths
+        warm = {"max_new_tokens": min(4, args.max_new_tokens)}
+        generate(target, draft, input_ids, **{**options, **warm})
+        generate(target, None, input_ids, **{**plain, **warm})
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     out = generate(target, draft, input_ids, streamer=streamer, **options)
     summary = out.stats.summary()
     label = "target alone" if draft is None else f"{args.schedule} speculative"
+    if args.prompt_lookup is not None:
+        label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
     print(f"[{label}] {summary.line()}")
-    if args.compare and draft is not None:
+    if args.compare and speculative:
         started = time.perf_counter()
-        alone = generate(target, None, input_ids, **options)
+        alone = generate(target, None, input_ids, **plain)
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
