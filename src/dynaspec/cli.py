@@ -15,8 +15,8 @@ import torch
 
 from dynaspec.core.config import SCHEDULES
 from dynaspec.errors import DynaspecError
-
-DEFAULT_PAIR = "qwen2.5-coder"
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, load_models
+from dynaspec.models.presets import DEFAULT_PAIR
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,33 +30,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=("bfloat16", "float32", "float16"),
-        help="weights dtype (default bfloat16: fastest on CPU)",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}: fastest on CPU; the tiny pair: float32)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores)"
     )
-
-
-def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.target is None and args.pair == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
-        return tiny_pair()
-    from dynaspec.models.loading import load_model, load_pair
-
-    if args.target is None:
-        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
-        return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
-    draft = None
-    if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
-    return target, draft, tokenizer
 
 
 def _add_generate(subparsers: Any) -> None:
@@ -67,12 +47,20 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
     p.add_argument("--num-assistant-tokens", type=int, default=20)
     p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    # Generation settings left unset fall back to the model's generation_config, else to
+    # dynaspec's defaults (greedy, 128 new tokens), as in dynaspec.generate.
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None, help="> 1 discourages repeats")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="ban repeated n-grams")
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+    )
+    p.add_argument("--max-time", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     p.add_argument(
         "--prompt-lookup",
@@ -115,7 +103,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if text is None:
         print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
         return 2
-    target, draft, tokenizer = load_models(args)
+    target, draft, tokenizer = load_models(
+        args.pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+    )
     if args.no_draft:
         draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
@@ -123,22 +113,19 @@ def run_generate(args: argparse.Namespace) -> int:
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
     options = dict(
-        max_new_tokens=args.max_new_tokens,
         num_assistant_tokens=args.num_assistant_tokens,
         assistant_confidence_threshold=args.threshold,
         num_assistant_tokens_schedule=args.schedule,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         seed=args.seed,
+        tokenizer=tokenizer,
         prompt_lookup_num_tokens=args.prompt_lookup,
         max_matching_ngram_size=args.max_matching_ngram_size,
+        **generation_keywords(args),
     )
     plain = {**options, "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}
     speculative = draft is not None or args.prompt_lookup is not None
     if args.compare and speculative:  # untimed warm-up of both paths
-        warm = {"max_new_tokens": min(4, args.max_new_tokens)}
+        warm = {"max_new_tokens": min(4, args.max_new_tokens or 4)}
         generate(target, draft, input_ids, **{**options, **warm})
         generate(target, None, input_ids, **{**plain, **warm})
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -154,7 +141,7 @@ def run_generate(args: argparse.Namespace) -> int:
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
-        if args.sample:
+        if out.stats.do_sample:
             verdict += " (sampling: outputs differ by design; distributions are equal)"
         elif not same and not getattr(target.config, "is_encoder_decoder", False):
             verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
@@ -166,11 +153,27 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def generation_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """transformers' generation keywords for the options given on the command line."""
+    chosen = {
+        "max_new_tokens": args.max_new_tokens,
+        "do_sample": True if args.sample else None,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "stop_strings": args.stop,
+        "max_time": args.max_time,
+    }
+    return {key: value for key, value in chosen.items() if value is not None}
+
+
 def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.bench.run import classify_mismatch
+    from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -198,7 +201,8 @@ def _print_models() -> int:
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+    from dynaspec.eval.bench.run import run_bench
 
     p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
     add_bench_arguments(p)
@@ -206,7 +210,8 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+    from dynaspec.eval.oracle.run import run_oracle
 
     p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
     add_oracle_arguments(p)
