@@ -36,7 +36,7 @@ from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.verify import speculative_sample
 from dynaspec.drafters import make_drafter
-from dynaspec.drafters.prompt_lookup import point_masses
+from dynaspec.drafters.prompt_lookup import LookupConfig, point_masses
 from dynaspec.policies import AdaptivePolicy, ConstantPolicy, DynamicPolicy
 
 PROMPT = (0, 1, 2, 3, 0, 1)  # "0 1" repeats: the first round copies 2 3 0 1 ...
@@ -126,7 +126,8 @@ def sample_sequences(
     copied = modelled = 0
     with torch.inference_mode():
         for _ in range(num_samples):
-            drafter = make_drafter(draft if hybrid else None, VOCAB_SIZE, (), 1 if hybrid else 3)
+            lookup = LookupConfig(prompt_lookup_num_tokens=1 if hybrid else 3)
+            drafter = make_drafter(draft if hybrid else None, VOCAB_SIZE, (), lookup)
             out = decode(target, drafter, prompt, policy, sampler, limits)
             counts[tuple(out.sequences[0, len(PROMPT) :].tolist())] += 1
             copied += sum(r.num_lookup for r in out.stats.rounds)

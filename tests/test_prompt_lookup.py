@@ -12,7 +12,7 @@ from tiny_models import CacheCheckStreamer, ScriptedModel, shift_rule
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 import dynaspec
-from dynaspec.drafters import HybridDrafter, PromptLookupDrafter, make_drafter
+from dynaspec.drafters import HybridDrafter, PromptLookupDrafter, lookup_config, make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, find_match, point_masses
 from dynaspec.errors import ConfigError
 from dynaspec.policies import ConstantPolicy, DraftStep, DynamicPolicy
@@ -83,13 +83,16 @@ def test_lookup_config_and_api_errors() -> None:
     with pytest.raises(ConfigError, match="prompt_lookup_num_tokens must be an int >= 1"):
         LookupConfig(prompt_lookup_num_tokens=0)
     with pytest.raises(ConfigError, match="max_matching_ngram_size must be an int >= 1"):
-        make_drafter(None, 8, (), prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
+        lookup_config(prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
     with pytest.raises(ConfigError, match="pass prompt_lookup_num_tokens too"):
-        make_drafter(None, 8, (), max_matching_ngram_size=3)
+        lookup_config(None, max_matching_ngram_size=3)
     target = ScriptedModel.greedy(shift_rule(1, 8), 8)
-    assert make_drafter(None, 8, ()) is None
-    assert isinstance(make_drafter(None, 8, (), 3), PromptLookupDrafter)
-    assert isinstance(make_drafter(target, 8, (), 3), HybridDrafter)
+    with pytest.raises(ConfigError, match="prompt_lookup_num_tokens must be an int >= 1"):
+        dynaspec.generate(target, None, torch.tensor([[1]]), prompt_lookup_num_tokens=0)
+    assert lookup_config(None, None) is None and make_drafter(None, 8, ()) is None
+    assert lookup_config(3, None) == LookupConfig(3, 2)
+    assert isinstance(make_drafter(None, 8, (), LookupConfig(3)), PromptLookupDrafter)
+    assert isinstance(make_drafter(target, 8, (), LookupConfig(3)), HybridDrafter)
 
 
 # ---------------------------------------------------------------------------------------

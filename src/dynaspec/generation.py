@@ -23,7 +23,7 @@ from dynaspec.core.validation import (
     check_prompt,
     check_token_ids,
 )
-from dynaspec.drafters import make_drafter
+from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.policies import make_policy
 
 if TYPE_CHECKING:
@@ -68,9 +68,8 @@ def generate(
     Parameter names follow transformers' assisted generation. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
-    `prompt_lookup_num_tokens` turns on prompt lookup (copying from the prompt and the text
-    so far, up to `max_matching_ngram_size`-grams, default 2): alone with `draft=None`, or
-    with the draft model as a hybrid (dynaspec/drafters/).
+    `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
+    default 2): alone with `draft=None`, else with the draft model as a hybrid (drafters/).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(
@@ -89,6 +88,7 @@ def generate(
     limits = settings.limits
     models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
     check_lengths(models, prompt.shape[1], limits.max_new_tokens)
+    lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
@@ -102,11 +102,7 @@ def generate(
     emission = Emission.needed(criteria, settings.outputs)
     with torch.inference_mode():
         drafter = make_drafter(
-            draft_adapter,
-            target_adapter.vocab_size,
-            limits.eos_token_ids,
-            prompt_lookup_num_tokens,
-            max_matching_ngram_size,
+            draft_adapter, target_adapter.vocab_size, limits.eos_token_ids, lookup
         )
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission

@@ -9,27 +9,41 @@ from dynaspec.drafters.hybrid import HybridDrafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
 from dynaspec.errors import ConfigError
 
-__all__ = ["HybridDrafter", "LookupConfig", "ModelDrafter", "PromptLookupDrafter", "make_drafter"]
+__all__ = [
+    "HybridDrafter",
+    "LookupConfig",
+    "ModelDrafter",
+    "PromptLookupDrafter",
+    "lookup_config",
+    "make_drafter",
+]
 
 
-def make_drafter(
-    draft: ModelAdapter | None,
-    vocab_size: int,
-    eos_token_ids: tuple[int, ...],
-    prompt_lookup_num_tokens: int | None = None,
-    max_matching_ngram_size: int | None = None,
-) -> Drafter | None:
-    """The draft source for generate(): the draft model, prompt lookup (when
-    `prompt_lookup_num_tokens` is given), both (the hybrid), or None (the target alone)."""
-    model = ModelDrafter(draft) if draft is not None else None
+def lookup_config(
+    prompt_lookup_num_tokens: int | None, max_matching_ngram_size: int | None
+) -> LookupConfig | None:
+    """generate()'s prompt-lookup keywords as a config (None: no prompt lookup)."""
     if prompt_lookup_num_tokens is None:
         if max_matching_ngram_size is not None:
             raise ConfigError(
                 "max_matching_ngram_size only acts with prompt lookup: pass "
                 "prompt_lookup_num_tokens too (e.g. 10)"
             )
-        return model
+        return None
     ngram = 2 if max_matching_ngram_size is None else max_matching_ngram_size
-    config = LookupConfig(prompt_lookup_num_tokens, ngram)
-    lookup = PromptLookupDrafter(config, vocab_size, eos_token_ids)
-    return lookup if model is None else HybridDrafter(model, lookup)
+    return LookupConfig(prompt_lookup_num_tokens, ngram)
+
+
+def make_drafter(
+    draft: ModelAdapter | None,
+    vocab_size: int,
+    eos_token_ids: tuple[int, ...],
+    lookup: LookupConfig | None = None,
+) -> Drafter | None:
+    """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
+    config), both (the hybrid), or None (the target alone)."""
+    model = ModelDrafter(draft) if draft is not None else None
+    if lookup is None:
+        return model
+    copier = PromptLookupDrafter(lookup, vocab_size, eos_token_ids)
+    return copier if model is None else HybridDrafter(model, copier)

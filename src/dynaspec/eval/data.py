@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.errors import ConfigError, DataNotAvailableError, InputError
+from dynaspec.eval.grounded import grounded_prompts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -378,13 +379,14 @@ def _grounded(
     sources: Mapping[str, PromptSource], n: int | None, seed: int, max_prompt_chars: int | None
 ) -> list[Prompt]:
     """The grounded task: each kind in a seeded order, interleaved (eval/grounded.py)."""
-    from dynaspec.eval.grounded import grounded_prompts  # it builds on this module's Prompt
-
     articles = _read_records(sources["summarization"])
     if max_prompt_chars is not None:
         articles = [(key, truncate_at_word(text, max_prompt_chars)) for key, text in articles]
     code = _read_records(replace(sources["code"], read=_read_human_eval_solutions))
-    kinds = grounded_prompts(articles, code)
+    kinds = [
+        [Prompt(GROUNDED_TASK, record.id, record.text, record.raw) for record in records]
+        for records in grounded_prompts(articles, code)
+    ]
     ordered = _interleave([sample_prompts(kind, None, seed) for kind in kinds])
     if n is not None and n > len(ordered):
         raise ConfigError(f"n={n} but grounded has only {len(ordered)} prompts: use n <= that")

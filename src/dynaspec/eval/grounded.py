@@ -12,17 +12,16 @@ right. Four kinds, from the same files as the other tasks (eval/data.py):
 
 The code kinds rewrite the code with ``ast`` (Python's own parser and unparser), so their
 text is the canonical solution in ``ast.unparse``'s layout. Ids are the source id and the
-kind, e.g. ``HumanEval/3:rename``.
+kind, e.g. ``HumanEval/3:rename``. eval/data.py reads the files and makes the records
+``Prompt``s of the task ``grounded``.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from dynaspec.eval.data import Prompt
-
-GROUNDED_TASK = "grounded"
 KINDS = ("quote-summary", "type-hints", "rename", "docstrings")  # in interleaving order
 
 QUOTE_SUMMARY_TEMPLATE = (
@@ -42,15 +41,24 @@ CODE_TEMPLATES = {
 }
 
 
+@dataclass(frozen=True)
+class GroundedRecord:
+    """One grounded prompt."""
+
+    id: str  # source id and kind, e.g. "HumanEval/3:rename"
+    text: str  # the user message
+    raw: str  # the article or code inside it
+
+
 def grounded_prompts(
     articles: Sequence[tuple[str, str]], solutions: Sequence[tuple[str, str]]
-) -> list[list[Prompt]]:
+) -> list[list[GroundedRecord]]:
     """The prompts of each kind (in KINDS order), in file order.
 
     articles: (id, text) news articles, already cut to the wanted length.
     solutions: (id, code) HumanEval prompt + canonical solution.
     """
-    groups: dict[str, list[Prompt]] = {kind: [] for kind in KINDS}
+    groups: dict[str, list[GroundedRecord]] = {kind: [] for kind in KINDS}
     for record_id, text in articles:
         groups["quote-summary"].append(
             _prompt(record_id, "quote-summary", QUOTE_SUMMARY_TEMPLATE, text)
@@ -126,10 +134,5 @@ def _copy(tree: ast.Module) -> ast.Module:
     return ast.parse(ast.unparse(tree))
 
 
-def _prompt(record_id: str, kind: str, template: str, content: str) -> Prompt:
-    return Prompt(
-        task=GROUNDED_TASK,
-        id=f"{record_id}:{kind}",
-        text=template.replace("{content}", content),
-        raw=content,
-    )
+def _prompt(record_id: str, kind: str, template: str, content: str) -> GroundedRecord:
+    return GroundedRecord(f"{record_id}:{kind}", template.replace("{content}", content), content)
