@@ -272,3 +272,46 @@ def test_cli_prompt_lookup(capsys: pytest.CaptureFixture[str], draft_flag: list[
     out = capsys.readouterr().out
     assert ("[prompt lookup]" if draft_flag else "+ prompt lookup]") in out
     assert "outputs identical" in out
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_same_rounds_as_transformers_prompt_lookup(arch: str) -> None:
+    """With a schedule that copies the whole continuation (not the adaptive one), dynaspec's
+    prompt lookup drafts and accepts exactly what transformers' does, round by round."""
+    from tiny_models import tiny_model
+
+    from dynaspec.eval.hf_peer import HFPeer
+
+    target = tiny_model(arch, seed=0, vocab_size=VOCAB_SIZE)
+    peer = HFPeer(target)
+    copied = 0
+    for prompt in ([[1, 2, 3, 1, 2]], [[5, 5, 5, 6]], [[3, 9, 4]]):
+        input_ids = torch.tensor(prompt)
+        theirs = peer.generate(
+            input_ids,
+            max_new_tokens=40,
+            eos_token_id=None,
+            pad_token_id=0,
+            prompt_lookup_num_tokens=4,
+        )
+        ours = dynaspec.generate(
+            target,
+            None,
+            input_ids,
+            max_new_tokens=40,
+            eos_token_id=[],
+            num_assistant_tokens_schedule="constant",
+            prompt_lookup_num_tokens=4,
+        )
+        assert ours.sequences.tolist() == theirs.sequences.tolist()
+        # The same rounds until the room left cuts a copy: then transformers copies one token
+        # more (it cuts after verifying; dynaspec never drafts what cannot be emitted).
+        reasons = [r.stop_reason for r in ours.stats.rounds]
+        same = reasons.index("length") if "length" in reasons else len(reasons)
+        assert same >= 10
+        drafted = [r.num_drafted for r in ours.stats.rounds]
+        assert drafted[:same] == theirs.drafted_per_round[:same]
+        accepted = [r.num_accepted for r in ours.stats.rounds]
+        assert accepted[:same] == theirs.accepted_per_round[:same]
+        copied += sum(accepted[:same])
+    assert copied > 0

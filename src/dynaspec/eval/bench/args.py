@@ -43,7 +43,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--task",
         default="all",
-        help="summarization | open-ended | code | all (default: all)",
+        help="summarization | open-ended | code | all | grounded, or several separated by "
+        "commas (default: all = the first three)",
     )
     data.add_argument("--n", type=int, default=None, help=f"prompts per task (default {DEFAULT_N})")
     data.add_argument("--seed", type=int, default=0, help="prompt sample seed (default 0)")

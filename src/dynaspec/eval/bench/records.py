@@ -120,7 +120,7 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
         rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
         bad = [r for r in rows if not r["matches_target"]]
         lines.append(
-            f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
+            f"  {name:<16} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"
         )
     mismatches = result.mismatches
