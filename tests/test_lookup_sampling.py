@@ -11,7 +11,6 @@ chi-square test. Every run is seeded; deliberately broken verifiers fail the sam
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable
 
@@ -24,8 +23,8 @@ from test_sampling import (
     VOCAB_SIZE,
     accept_always,
     chi_square_pvalue,
+    exact_distribution,
     no_residual,
-    processed,
 )
 from tiny_models import ScriptedModel
 
@@ -39,7 +38,10 @@ from dynaspec.drafters import make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, point_masses
 from dynaspec.policies import AdaptivePolicy, ConstantPolicy, DynamicPolicy
 
-PROMPT = (0, 1, 2, 3, 0, 1)  # "0 1" repeats: the first round copies 2 3 0 1 ...
+# "1 0" repeats: the first round copies 2 3 1 0 ... The scripted target's next token depends
+# on the last one only, so after this prompt (ending in 0, like test_sampling's) the target's
+# sequence distribution is test_sampling.exact_distribution.
+PROMPT = (1, 0, 2, 3, 1, 0)
 
 
 def test_point_mass_is_accepted_with_the_targets_probability() -> None:
@@ -93,18 +95,6 @@ class FixedCostAdaptive(AdaptivePolicy):
 
     def _learn_rate(self, result) -> None:  # noqa: ANN001
         pass
-
-
-def exact_distribution(length: int, config: SamplingConfig) -> dict[tuple[int, ...], float]:
-    """P(the target alone emits this sequence of `length` tokens after PROMPT)."""
-    distribution = {}
-    for sequence in itertools.product(range(VOCAB_SIZE), repeat=length):
-        prob, previous = 1.0, PROMPT[-1]
-        for token in sequence:
-            prob *= float(processed(TARGET_LOGITS[previous], config)[token])
-            previous = token
-        distribution[sequence] = prob
-    return distribution
 
 
 def sample_sequences(
