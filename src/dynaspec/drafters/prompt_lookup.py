@@ -97,10 +97,10 @@ def point_masses(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def lookup_proposal(
-    match: Match | None, count: int, sampler: TokenSampler, vocab_size: int, seconds: float
+    match: Match, count: int, sampler: TokenSampler, vocab_size: int, seconds: float
 ) -> Proposal:
-    """The first `count` tokens of `match` (count = 0 when it is None) as point masses."""
-    tokens = match.continuation[:count] if match is not None else torch.empty(0, dtype=torch.long)
+    """The first `count` tokens of `match` as a Proposal of point masses."""
+    tokens = match.continuation[:count]
     return Proposal(
         tokens=tokens,  # (k,)
         probs=point_masses(tokens, vocab_size) if sampler.config.do_sample else None,  # (k, V)
@@ -108,7 +108,7 @@ def lookup_proposal(
         stop_reason="max",
         draft_time_s=seconds,
         num_lookup=tokens.numel(),
-        lookup_match=match.length if match is not None and tokens.numel() else 0,
+        lookup_match=match.length if tokens.numel() else 0,
     )
 
 
@@ -132,23 +132,23 @@ class PromptLookupDrafter:
         self.config = config
         self.vocab_size = vocab_size
         self.eos = torch.tensor(eos_token_ids, dtype=torch.long)
-        self.match: Match | None = None  # found by max_lookahead, used by propose
+        self.match = Match(torch.empty(0, dtype=torch.long), 0)  # the round's (may be empty)
         self.plan = DraftPlan(0, 0)
         self.search_s = 0.0  # wall time of the last search
 
     def begin(self, input_ids: torch.Tensor) -> None:
         self.eos = self.eos.to(input_ids.device)
 
-    def find(self, tokens: torch.Tensor) -> Match | None:
-        """Searches the committed `tokens` (n,); remembers the match for `propose`."""
+    def find(self, tokens: torch.Tensor) -> Match:
+        """Searches the committed `tokens` (n,); remembers the match (empty when there is
+        none) for `propose`."""
         start = perf_counter()
-        self.match = find_match(tokens, self.config, self.eos)
+        match = find_match(tokens, self.config, self.eos)
+        self.match = match if match is not None else Match(tokens.new_empty(0), 0)
         self.search_s = perf_counter() - start
         return self.match
 
-    def options(self, match: Match | None, model_catchup: int | None = None) -> DraftOptions:
-        if match is None:
-            return DraftOptions(model_catchup)
+    def options(self, match: Match, model_catchup: int | None = None) -> DraftOptions:
         return DraftOptions(model_catchup, match.continuation.numel(), match.length)
 
     def max_lookahead(
