@@ -75,7 +75,8 @@ def generate(
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
-    sampler = TokenSampler(sampling, device=prompt.device)
+    # Each model draws on its own device; the target's generator is seeded with `seed`.
+    sampler = TokenSampler(sampling, device=getattr(target_adapter, "device", prompt.device))
     with torch.inference_mode():
         drafter = ModelDrafter(draft_adapter) if draft_adapter is not None else None
         return decode(target_adapter, drafter, prompt, policy, sampler, limits, streamer)

@@ -60,9 +60,11 @@ class ModelDrafter:
                 stop_reason = policy.stop_reason
                 break
             pending = token.view(1)
+        # (k,) tokens and (k, V) rows on the committed tokens' (target's) device, wherever
+        # the draft runs.
         return Proposal(
-            tokens=torch.stack(drafted) if drafted else tokens.new_empty(0),  # (k,)
-            probs=torch.stack(rows) if rows else None,  # (k, V)
+            tokens=torch.stack(drafted).to(tokens.device) if drafted else tokens.new_empty(0),
+            probs=torch.stack(rows).to(tokens.device) if rows else None,  # (k, V)
             confidences=tuple(confidences),
             stop_reason=stop_reason,
             draft_time_s=draft_time,
