@@ -109,3 +109,18 @@ def test_compiled_variant_is_skipped_with_a_reason_until_the_fast_path_exists() 
     assert (adapter_class is None) == (reason is not None)
     if adapter_class is None:
         assert "dynaspec.backends.static" in reason
+
+
+def test_a_failing_pair_is_recorded_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(pair, settings, progress):  # noqa: ANN001, ANN202
+        raise RuntimeError(f"CUDA out of memory building {pair.name}")
+
+    monkeypatch.setattr(devicecheck, "check_pair", broken)
+    args = argparse.Namespace(out=str(tmp_path), budget_s=600.0, dry_run=True, skip_tests=True)
+    assert devicecheck.run_devicecheck(args) == 0
+    record = json.loads((tmp_path / devicecheck.JSON_NAME).read_text())
+    assert [pair["name"] for pair in record["pairs"]] == [p.name for p in DRY_RUN_PAIRS]
+    assert all("out of memory" in pair["error"] for pair in record["pairs"])
+    assert "FAILED: RuntimeError" in (tmp_path / devicecheck.MARKDOWN_NAME).read_text()

@@ -61,9 +61,12 @@ def _cost_lines(record: dict[str, Any]) -> list[str]:
     ]
     notes = []
     for pair in record["pairs"]:
+        if "error" in pair:
+            notes.append(f"- {pair['name']}: FAILED: {pair['error']}")
         for variant, data in pair["variants"].items():
             if "costs" not in data:
-                notes.append(f"- {pair['name']}, {variant}: {data.get('skipped')}")
+                why = data.get("skipped") or f"FAILED: {data.get('error')}"
+                notes.append(f"- {pair['name']}, {variant}: {why}")
                 continue
             costs = data["costs"]
             ratio = costs["verify_ratio"]
@@ -107,7 +110,8 @@ def _overhead_lines(record: dict[str, Any]) -> list[str]:
         ):
             data = results.get(method, {})
             if "per_round_s" not in data:
-                lines.append(f"| {pair['name']} | {method} | {data.get('skipped', '-')} |||||| ")
+                why = data.get("skipped") or f"FAILED: {data.get('error', '-')}"
+                lines.append(f"| {pair['name']} | {method} | {why} |||||| ")
                 continue
             acceptance = "-" if data["acceptance"] is None else f"{data['acceptance']:.0%}"
             lines.append(

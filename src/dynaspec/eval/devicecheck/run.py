@@ -23,6 +23,7 @@ import gc
 import json
 import shlex
 import sys
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -150,7 +151,12 @@ def run_devicecheck(args: argparse.Namespace) -> int:
             progress.log(f"skipping {pair.name}: {progress.left():.0f} s left")
             continue
         started = progress.elapsed()
-        record["pairs"].append(check_pair(pair, settings, progress))
+        try:
+            record["pairs"].append(check_pair(pair, settings, progress))
+        except Exception as error:  # noqa: BLE001 - one pair's failure must not end the run
+            record["pairs"].append({"name": pair.name, "error": _describe(error), "variants": {}})
+            progress.log(f"{pair.name}: FAILED: {_describe(error)}")
+            _free(torch.device(settings.device))
         longest = max(longest, progress.elapsed() - started)
         _write(out, record, progress)
     _write(out, record, progress)
@@ -175,7 +181,11 @@ def check_pair(pair: PairShape, settings: CheckSettings, progress: Progress) -> 
     )
     eager: dict[str, Any] = {"costs": costs.to_json()}
     record["variants"]["eager"] = eager
-    record["variants"]["compiled"] = compiled_variant(target, draft, prompt, settings, progress)
+    try:
+        compiled = compiled_variant(target, draft, prompt, settings, progress)
+    except Exception as error:  # noqa: BLE001 - the eager numbers stand on their own
+        compiled = {"error": _describe(error)}
+    record["variants"]["compiled"] = compiled
     del draft
     _free(device)
     if progress.left() <= 0:
@@ -213,10 +223,21 @@ def measure_overheads(
         if progress.left() <= 0:
             results[name] = {"skipped": "the time budget was spent"}
             continue
-        results[name] = overhead(run, short, long, settings.overhead_reps).to_json()
+        try:
+            results[name] = overhead(run, short, long, settings.overhead_reps).to_json()
+        except Exception as error:  # noqa: BLE001 - recorded, and the other methods still run
+            results[name] = {"error": _describe(error)}
+            progress.log(f"  {name}: FAILED: {_describe(error)}")
+            continue
         per_round = results[name]["per_round_s"] * 1e3
         progress.log(f"  {name}: {per_round:.2f} ms per round outside the forwards")
     return results
+
+
+def _describe(error: BaseException) -> str:
+    """The error and where it was raised (last frames), for the record."""
+    frames = traceback.format_tb(error.__traceback__)[-3:]
+    return f"{type(error).__name__}: {error} | " + " ".join(f.strip() for f in frames)
 
 
 def _free(device: torch.device) -> None:
