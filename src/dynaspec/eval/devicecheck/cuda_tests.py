@@ -20,9 +20,7 @@ _SUMMARY = re.compile(r"\d+ (passed|failed|skipped|error|errors|deselected)\b")
 
 def tests_folder() -> Path | None:
     """The repository's tests/ folder next to this source tree (an editable install)."""
-    import dynaspec
-
-    folder = Path(dynaspec.__file__).resolve().parents[2] / "tests"
+    folder = Path(__file__).resolve().parents[4] / "tests"  # src/dynaspec/eval/devicecheck/
     return folder if folder.is_dir() else None
 
 
