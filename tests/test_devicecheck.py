@@ -89,7 +89,6 @@ def test_one_tiny_pair_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     for method in ("dynaspec_target_alone", "transformers_target_alone"):
         assert results[method]["acceptance"] is None
         assert results[method]["rounds_per_call"] == 6  # one round per token
-    assert costs["overhead_s"] == max(results["dynaspec"]["per_round_s"], 0.0)
     assert "compiled" in record["variants"]
     assert "T(1..5)" in capsys.readouterr().out
 

@@ -142,6 +142,7 @@ def transformers_run(
     """transformers' generate(): assisted with a constant `lookahead` and no confidence stop
     when the peer has a draft, plain greedy otherwise."""
     assist = HFAssistConfig(lookahead, "constant", 0.0) if peer.draft is not None else None
+    prompt = prompt.to(next(peer.target.parameters()).device)  # generate() does not move it
 
     def call() -> Any:
         return peer.generate(

@@ -193,8 +193,6 @@ def check_pair(pair: PairShape, settings: CheckSettings, progress: Progress) -> 
     else:
         twin = copy.deepcopy(target)  # the target as its own draft, as a separate module
         eager["overhead"] = measure_overheads(target, twin, prompt, settings, progress)
-        per_round = max(eager["overhead"]["dynaspec"]["per_round_s"], 0.0)
-        eager["costs"] = dataclasses.replace(costs, overhead_s=per_round).to_json()
         del twin
     del target
     _free(device)
