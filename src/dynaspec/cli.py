@@ -15,8 +15,8 @@ import torch
 
 from dynaspec.core.config import SCHEDULES
 from dynaspec.errors import DynaspecError
-
-DEFAULT_PAIR = "qwen2.5-coder"
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, load_models
+from dynaspec.models.presets import DEFAULT_PAIR
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,33 +30,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=("bfloat16", "float32", "float16"),
-        help="weights dtype (default bfloat16: fastest on CPU)",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}: fastest on CPU; the tiny pair: float32)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: all cores)"
     )
-
-
-def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.target is None and args.pair == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
-        return tiny_pair()
-    from dynaspec.models.loading import load_model, load_pair
-
-    if args.target is None:
-        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
-        return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
-    draft = None
-    if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
-    return target, draft, tokenizer
 
 
 def _add_generate(subparsers: Any) -> None:
@@ -100,7 +80,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if text is None:
         print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
         return 2
-    target, draft, tokenizer = load_models(args)
+    target, draft, tokenizer = load_models(
+        args.pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+    )
     if args.no_draft:
         draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
@@ -149,7 +131,7 @@ def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.bench.run import classify_mismatch
+    from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -177,7 +159,8 @@ def _print_models() -> int:
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+    from dynaspec.eval.bench.run import run_bench
 
     p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
     add_bench_arguments(p)
@@ -185,7 +168,8 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+    from dynaspec.eval.oracle.run import run_oracle
 
     p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
     add_oracle_arguments(p)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from dynaspec.core.validation import eos_ids
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
@@ -23,6 +24,7 @@ from dynaspec.errors import (
 from dynaspec.models import cache as model_cache
 from dynaspec.models.devices import DeviceArg, resolve_device
 from dynaspec.models.presets import (
+    DEFAULT_PAIR,
     ModelPreset,
     default_pair_name,
     find_model_preset,
@@ -35,10 +37,13 @@ from dynaspec.models.presets import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from dynaspec.models.tiny import TinyPairConfig
+
 DTypeArg = str | torch.dtype | None
 CacheDirArg = str | os.PathLike[str] | None
 
-_DTYPE_NAMES = ("bfloat16", "float16", "float32")
+DTYPE_CHOICES = ("bfloat16", "float32", "float16")  # --dtype of generate, bench and oracle
+DEFAULT_DTYPE = "bfloat16"  # the dtype of presets and .gguf files when none is given
 
 # Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 _TOKENIZER_PROBE = (
@@ -67,15 +72,15 @@ def resolve_dtype(dtype: DTypeArg, *, none_means: torch.dtype | str) -> torch.dt
         return none_means
     if isinstance(dtype, torch.dtype):
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ConfigError(f"dtype {dtype} is not supported: use one of {_DTYPE_NAMES}")
+            raise ConfigError(f"dtype {dtype} is not supported: use one of {DTYPE_CHOICES}")
         return dtype
     name = dtype.strip().lower().removeprefix("torch.")
     aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
     name = aliases.get(name, name)
     if name == "auto":
         return none_means
-    if name not in _DTYPE_NAMES:
-        raise ConfigError(f"unknown dtype {dtype!r}: use one of {_DTYPE_NAMES}, or None")
+    if name not in DTYPE_CHOICES:
+        raise ConfigError(f"unknown dtype {dtype!r}: use one of {DTYPE_CHOICES}, or None")
     return getattr(torch, name)
 
 
@@ -139,7 +144,7 @@ def _load_cached_folder(
 def load_preset(
     preset: ModelPreset,
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
@@ -156,7 +161,7 @@ def load_preset(
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     device: DeviceArg = None,
@@ -275,7 +280,7 @@ def _logit_width(model: PreTrainedModel) -> int:
 def load_pair(
     name: str | None = None,
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     device: DeviceArg = None,
@@ -358,3 +363,53 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         lines.append("to install:")
         lines.extend(missing_lines)
     return "\n".join(lines)
+
+
+def load_models(
+    pair: str | None = None,
+    *,
+    target: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | None = None,
+    dtype: str | None = None,
+    threads: int | None = None,
+    tiny: TinyPairConfig | None = None,
+) -> tuple[PreTrainedModel, PreTrainedModel | None, PreTrainedTokenizerBase]:
+    """(target, draft, tokenizer): what `dynaspec generate`, `bench` and `oracle` decode with.
+
+    target: a model (see load_model) decoded with `draft`, or alone when `draft` is None;
+    `pair` is then ignored. Otherwise `pair` names a pair preset (default DEFAULT_PAIR), or
+    "tiny": the built-in random pair (dynaspec.models.tiny, shaped by `tiny`).
+    dtype: one of DTYPE_CHOICES; None gives DEFAULT_DTYPE, or float32 for the tiny pair.
+    threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
+    models are all per-op overhead: one thread is fastest).
+    """
+    if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
+        from dynaspec.models.tiny import tiny_pair
+
+        set_threads(threads or 1)
+        target_model, draft_model, tokenizer = tiny_pair(tiny)
+        if dtype is not None:
+            torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
+            target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
+        return target_model, draft_model, tokenizer
+    dtype = DEFAULT_DTYPE if dtype is None else dtype
+    if target is None:
+        loaded = load_pair(pair, dtype=dtype, threads=threads)
+        return loaded.target, loaded.draft, loaded.tokenizer
+    target_model, tokenizer = load_model(target, dtype=dtype, threads=threads)
+    draft_model = None
+    if draft is not None:
+        draft_model, _ = load_model(draft, dtype=dtype, threads=threads)
+    return target_model, draft_model, tokenizer
+
+
+def dtype_name(dtype: str | None, *, pair: str | None = None) -> str:
+    """The dtype load_models(pair, dtype=dtype) gives, by name, without loading anything."""
+    if dtype is None:
+        return "float32" if (pair or "").strip().lower() == "tiny" else DEFAULT_DTYPE
+    return str(resolve_dtype(dtype, none_means=DEFAULT_DTYPE)).removeprefix("torch.")
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The ids that end generation: the model's generation config's, else the tokenizer's."""
+    return eos_ids(None, model) or eos_ids(getattr(tokenizer, "eos_token_id", None), None)
