@@ -21,8 +21,6 @@ import copy
 import dataclasses
 import gc
 import json
-import shlex
-import sys
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,7 +38,7 @@ from dynaspec.eval.devicecheck.overhead import dynaspec_run, overhead, transform
 from dynaspec.eval.devicecheck.report import render_markdown
 from dynaspec.eval.devicecheck.shapes import DRY_RUN_PAIRS, GPU_PAIRS, PairShape, build_model
 from dynaspec.eval.hf_peer import HFPeer
-from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.eval.provenance import command_line, git_state, library_versions, machine_info
 
 JSON_NAME = "devicecheck.json"
 MARKDOWN_NAME = "devicecheck.md"
@@ -251,7 +249,7 @@ def _new_record(settings: CheckSettings, dry_run: bool) -> dict[str, Any]:
     return {
         "kind": "dynaspec devicecheck",
         "dry_run": dry_run,
-        "command": "dynaspec " + shlex.join(sys.argv[1:]),
+        "command": command_line() or "dynaspec devicecheck",
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": settings.to_json(),
         "provenance": {
