@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from dynaspec.backends.hf import HFAdapter
+from dynaspec.eval.devicecheck import compiled
 from dynaspec.eval.devicecheck import run as devicecheck
-from dynaspec.eval.devicecheck.compiled import compiled_adapter_class
 from dynaspec.eval.devicecheck.overhead import RunTiming, overhead
 from dynaspec.eval.devicecheck.shapes import DRY_RUN_PAIRS, GPU_PAIRS
 
@@ -89,7 +90,6 @@ def test_one_tiny_pair_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     for method in ("dynaspec_target_alone", "transformers_target_alone"):
         assert results[method]["acceptance"] is None
         assert results[method]["rounds_per_call"] == 6  # one round per token
-    assert "compiled" in record["variants"]
     assert "T(1..5)" in capsys.readouterr().out
 
 
@@ -104,10 +104,27 @@ def test_spent_budget_skips_the_pairs_and_still_writes(tmp_path: Path) -> None:
 
 
 def test_compiled_variant_is_skipped_with_a_reason_until_the_fast_path_exists() -> None:
-    adapter_class, reason = compiled_adapter_class()
-    assert (adapter_class is None) == (reason is not None)
-    if adapter_class is None:
+    factory, reason = compiled.compiled_factory()
+    assert (factory is None) == (reason is not None)
+    if factory is None:
         assert "dynaspec.backends.static" in reason
+        pair = DRY_RUN_PAIRS[0]
+        prompt = torch.zeros(1, 4, dtype=torch.long)
+        skipped = compiled.compiled_variant(pair, prompt, _small_settings(), None)
+        assert skipped == {"skipped": reason}
+
+
+def test_compiled_phase_measures_the_first_pair_through_the_factory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a stand-in for the compiled adapter (the eager one), the phase's code runs."""
+    monkeypatch.setattr(compiled, "compiled_factory", lambda: (HFAdapter, None))
+    pairs = DRY_RUN_PAIRS[:2]
+    record = {"pairs": [{"name": p.name, "variants": {"eager": {"costs": {}}}} for p in pairs]}
+    devicecheck._compiled_phase(record, pairs, _small_settings(), devicecheck.Progress(600.0))
+    first, second = (pair["variants"]["compiled"] for pair in record["pairs"])
+    assert len(first["costs"]["verify_s"]) == 5 and first["compile_s"] >= 0
+    assert second == {"skipped": f"compiled on {pairs[0].name} only"}
 
 
 def test_a_failing_pair_is_recorded_and_the_run_goes_on(

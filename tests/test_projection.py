@@ -134,3 +134,13 @@ def test_costs_without_the_variant_are_an_input_error(tmp_path: Path) -> None:
     costs = _devicecheck_json(tmp_path / "devicecheck.json")
     with pytest.raises(InputError, match="no pair with compiled costs"):
         read_pair_costs(costs, "compiled")
+
+
+def test_a_variant_without_overheads_takes_the_eager_ones(tmp_path: Path) -> None:
+    path = _devicecheck_json(tmp_path / "devicecheck.json")
+    data = json.loads(path.read_text())
+    variants = data["pairs"][0]["variants"]
+    variants["compiled"] = {"costs": variants["eager"]["costs"]}  # no overhead block
+    path.write_text(json.dumps(data))
+    (compiled,) = read_pair_costs(path, "compiled")
+    assert compiled.profile.overhead_s == pytest.approx(2e-4)

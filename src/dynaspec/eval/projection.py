@@ -95,9 +95,13 @@ def read_pair_costs(path: Path, variant: str = "eager") -> list[PairCosts]:
         ) from error
     result = []
     for pair in pairs:
-        data = pair.get("variants", {}).get(variant, {})
+        variants = pair.get("variants", {})
+        data = variants.get(variant, {})
         if "costs" in data:
-            profile, derivation = projection_profile(data["costs"], data.get("overhead"))
+            # The loop around the forwards is the same for every variant: a variant measured
+            # without overheads (compiled) takes the eager ones.
+            overhead = data.get("overhead") or variants.get("eager", {}).get("overhead")
+            profile, derivation = projection_profile(data["costs"], overhead)
             result.append(PairCosts(pair["name"], profile, derivation))
     if not result:
         raise InputError(f"--costs {path} has no pair with {variant} costs: nothing to project")

@@ -157,6 +157,7 @@ def run_devicecheck(args: argparse.Namespace) -> int:
             _free(torch.device(settings.device))
         longest = max(longest, progress.elapsed() - started)
         _write(out, record, progress)
+    _compiled_phase(record, pairs, settings, progress)
     _write(out, record, progress)
     progress.log(f"done in {progress.elapsed():.0f} s: {out / JSON_NAME}, {out / MARKDOWN_NAME}")
     return 0
@@ -170,20 +171,13 @@ def check_pair(pair: PairShape, settings: CheckSettings, progress: Progress) -> 
     progress.log(f"{pair.name}: building {pair.target.name} and {pair.draft.name} on {device}")
     target = build_model(pair.target, device, dtype, seed=0)
     draft = build_model(pair.draft, device, dtype, seed=1)
-    vocab = min(pair.target.vocab_size, pair.draft.vocab_size)
-    generator = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, vocab, (1, settings.prefix_tokens), generator=generator)
+    prompt = _prompt(pair, settings)
     progress.log(f"{pair.name}: T(1..{settings.max_verify_tokens}), draft per token, prefills")
     costs = measure_costs(
         target, draft, prompt, max_tokens=settings.max_verify_tokens, reps=settings.cost_reps
     )
     eager: dict[str, Any] = {"costs": costs.to_json()}
     record["variants"]["eager"] = eager
-    try:
-        compiled = compiled_variant(target, draft, prompt, settings, progress)
-    except Exception as error:  # noqa: BLE001 - the eager numbers stand on their own
-        compiled = {"error": _describe(error)}
-    record["variants"]["compiled"] = compiled
     del draft
     _free(device)
     if progress.left() <= 0:
@@ -197,6 +191,38 @@ def check_pair(pair: PairShape, settings: CheckSettings, progress: Progress) -> 
     record["seconds"] = round(progress.elapsed() - started, 1)
     progress.log(f"{pair.name}: done in {record['seconds']} s")
     return record
+
+
+def _prompt(pair: PairShape, settings: CheckSettings) -> torch.Tensor:
+    """(1, prefix_tokens) random token ids both models know, the same on every call."""
+    vocab = min(pair.target.vocab_size, pair.draft.vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, vocab, (1, settings.prefix_tokens), generator=generator)
+
+
+def _compiled_phase(
+    record: dict[str, Any],
+    pairs: tuple[PairShape, ...],
+    settings: CheckSettings,
+    progress: Progress,
+) -> None:
+    """The compiled variant of the first pair measured eagerly (the smallest); the others
+    are marked skipped (compiling costs tens of seconds per model)."""
+    measured = [p for p in record["pairs"] if "costs" in p["variants"].get("eager", {})]
+    for pair_record in record["pairs"]:
+        pair_record["variants"]["compiled"] = {
+            "skipped": f"compiled on {measured[0]['name']} only" if measured else "no eager data"
+        }
+    if not measured:
+        return
+    pair = next(p for p in pairs if p.name == measured[0]["name"])
+    try:
+        compiled = compiled_variant(pair, _prompt(pair, settings), settings, progress)
+    except Exception as error:  # noqa: BLE001 - the eager numbers stand on their own
+        compiled = {"error": _describe(error)}
+        progress.log(f"{pair.name}: compiled variant FAILED: {_describe(error)}")
+    measured[0]["variants"]["compiled"] = compiled
+    _free(torch.device(settings.device))
 
 
 def measure_overheads(
