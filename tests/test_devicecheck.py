@@ -61,6 +61,12 @@ def test_overhead_is_the_slope_per_round_and_setup_the_intercept() -> None:
     assert calls == [(10, False), (10, True), (40, True), (10, True), (40, True), (40, False)]
 
 
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    devicecheck.add_devicecheck_arguments(parser)
+    return parser.parse_args(argv)
+
+
 def _small_settings(budget_s: float = 600.0) -> devicecheck.CheckSettings:
     return devicecheck.CheckSettings(
         device="cpu",
@@ -94,7 +100,7 @@ def test_one_tiny_pair_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_spent_budget_skips_the_pairs_and_still_writes(tmp_path: Path) -> None:
-    args = argparse.Namespace(out=str(tmp_path), budget_s=1e-6, dry_run=True, skip_tests=True)
+    args = _args("--out", str(tmp_path), "--budget-s", "1e-6", "--dry-run", "--skip-tests")
     assert devicecheck.run_devicecheck(args) == 0
     record = json.loads((tmp_path / devicecheck.JSON_NAME).read_text())
     assert record["pairs"] == [] and len(record["skipped"]) == len(DRY_RUN_PAIRS)
@@ -134,7 +140,7 @@ def test_a_failing_pair_is_recorded_and_the_run_goes_on(
         raise RuntimeError(f"CUDA out of memory building {pair.name}")
 
     monkeypatch.setattr(devicecheck, "check_pair", broken)
-    args = argparse.Namespace(out=str(tmp_path), budget_s=600.0, dry_run=True, skip_tests=True)
+    args = _args("--out", str(tmp_path), "--dry-run", "--skip-tests")
     assert devicecheck.run_devicecheck(args) == 0
     record = json.loads((tmp_path / devicecheck.JSON_NAME).read_text())
     assert [pair["name"] for pair in record["pairs"]] == [p.name for p in DRY_RUN_PAIRS]

@@ -115,6 +115,12 @@ def add_devicecheck_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-tests", action="store_true", help="do not run the tests marked cuda"
     )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also measure the compiled fast path on the smallest pair, last (compiling "
+        "takes a minute or more)",
+    )
 
 
 def run_devicecheck(args: argparse.Namespace) -> int:
@@ -157,7 +163,7 @@ def run_devicecheck(args: argparse.Namespace) -> int:
             _free(torch.device(settings.device))
         longest = max(longest, progress.elapsed() - started)
         _write(out, record, progress)
-    _compiled_phase(record, pairs, settings, progress)
+    _compiled_phase(record, pairs, settings, progress, asked=args.compiled)
     _write(out, record, progress)
     progress.log(f"done in {progress.elapsed():.0f} s: {out / JSON_NAME}, {out / MARKDOWN_NAME}")
     return 0
@@ -205,15 +211,15 @@ def _compiled_phase(
     pairs: tuple[PairShape, ...],
     settings: CheckSettings,
     progress: Progress,
+    asked: bool = True,
 ) -> None:
-    """The compiled variant of the first pair measured eagerly (the smallest); the others
-    are marked skipped (compiling costs tens of seconds per model)."""
+    """With `asked`, the compiled variant of the first pair measured eagerly (the smallest);
+    the others are marked skipped (compiling costs tens of seconds per model)."""
     measured = [p for p in record["pairs"] if "costs" in p["variants"].get("eager", {})]
     for pair_record in record["pairs"]:
-        pair_record["variants"]["compiled"] = {
-            "skipped": f"compiled on {measured[0]['name']} only" if measured else "no eager data"
-        }
-    if not measured:
+        why = f"compiled on {measured[0]['name']} only" if measured else "no eager data"
+        pair_record["variants"]["compiled"] = {"skipped": why if asked else "no --compiled"}
+    if not measured or not asked:
         return
     pair = next(p for p in pairs if p.name == measured[0]["name"])
     try:
