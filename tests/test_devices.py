@@ -133,10 +133,14 @@ def test_models_on_any_devices(target_device: str, draft_device: str, prompt_dev
         )
         assert out.sequences.device.type == torch.device(target_device).type
         assert out.sequences.tolist() == expected.tolist()
-        sampled = dynaspec.generate(
-            target, draft, prompt.to(prompt_device), max_new_tokens=6, do_sample=True, seed=3
+        # transformers' processors are built on the target's device, whatever the draft's
+        penalized = hf_greedy(target, prompt.to(target_device), 10, repetition_penalty=1.3)
+        out = dynaspec.generate(
+            target, draft, prompt.to(prompt_device), max_new_tokens=10, repetition_penalty=1.3
         )
-        again = dynaspec.generate(
-            target, draft, prompt.to(prompt_device), max_new_tokens=6, do_sample=True, seed=3
-        )
+        assert out.sequences.tolist() == penalized.tolist()
+        sampling = dict(max_new_tokens=6, do_sample=True, seed=3, top_k=20, eos_token_id=5)
+        sampling["min_new_tokens"] = 4  # with an EOS: a processor holding a device tensor
+        sampled = dynaspec.generate(target, draft, prompt.to(prompt_device), **sampling)
+        again = dynaspec.generate(target, draft, prompt.to(prompt_device), **sampling)
         assert sampled.sequences.tolist() == again.sequences.tolist()

@@ -47,12 +47,20 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
     p.add_argument("--num-assistant-tokens", type=int, default=20)
     p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    # Generation settings left unset fall back to the model's generation_config, else to
+    # dynaspec's defaults (greedy, 128 new tokens), as in dynaspec.generate.
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None, help="> 1 discourages repeats")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="ban repeated n-grams")
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+    )
+    p.add_argument("--max-time", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
@@ -90,18 +98,15 @@ def run_generate(args: argparse.Namespace) -> int:
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
     options = dict(
-        max_new_tokens=args.max_new_tokens,
         num_assistant_tokens=args.num_assistant_tokens,
         assistant_confidence_threshold=args.threshold,
         num_assistant_tokens_schedule=args.schedule,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         seed=args.seed,
+        tokenizer=tokenizer,
+        **generation_keywords(args),
     )
     if args.compare and draft is not None:  # untimed warm-up of both paths
-        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens)}
+        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens or 4)}
         generate(target, draft, input_ids, **warm)
         generate(target, None, input_ids, **warm)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -115,7 +120,7 @@ def run_generate(args: argparse.Namespace) -> int:
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
-        if args.sample:
+        if out.stats.do_sample:
             verdict += " (sampling: outputs differ by design; distributions are equal)"
         elif not same and not getattr(target.config, "is_encoder_decoder", False):
             verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
@@ -125,6 +130,22 @@ def run_generate(args: argparse.Namespace) -> int:
             f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
         )
     return 0
+
+
+def generation_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """transformers' generation keywords for the options given on the command line."""
+    chosen = {
+        "max_new_tokens": args.max_new_tokens,
+        "do_sample": True if args.sample else None,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "stop_strings": args.stop,
+        "max_time": args.max_time,
+    }
+    return {key: value for key, value in chosen.items() if value is not None}
 
 
 def _explain_divergence(

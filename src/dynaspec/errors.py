@@ -41,3 +41,9 @@ class DataNotAvailableError(DynaspecError, FileNotFoundError):
 
 class MissingDependencyError(DynaspecError, ImportError):
     """A package dynaspec needs for this operation is not installed; the message names it."""
+
+
+class UnsupportedOptionError(DynaspecError, ValueError):
+    """A generation option speculative decoding cannot reproduce (beam search, several
+    sequences, a padded batch, a processor that runs the model); the message names the
+    alternative."""

@@ -46,8 +46,14 @@ class ModelDrafter:
             start = perf_counter()
             logits = self.model.forward(pending, 1)[0]  # (V,)
             draft_time += perf_counter() - start
-            probs = sampler.probs(logits[None])[0]  # (V,)
-            token = sampler.pick(logits, probs)
+            if sampler.processors and logits.device != tokens.device:
+                # transformers' processors hold tensors on the target's device: a draft on
+                # another device is processed, and samples, there.
+                logits = logits.to(tokens.device)
+            # Processed with the committed tokens + this round's drafts as the prefix.
+            scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
+            probs = sampler.normalize(scores[None])[0]  # (V,)
+            token = sampler.pick(scores, probs)
             drafted.append(token)
             if sampler.config.do_sample:  # only speculative sampling needs the rows
                 rows.append(probs)

@@ -1,8 +1,8 @@
 """Step 1 of the device check: the test suites marked `cuda`, in a subprocess.
 
-`pytest -m cuda` selects the equality, sampling and device-placement tests that run on the
-GPU; the outcome (exit status, pytest's summary line, the output) is recorded whatever it is.
-Without a GPU every selected test is skipped, never faked.
+`pytest -m cuda` selects the equality, sampling, device-placement and processor tests that
+run on the GPU; the outcome (exit status, pytest's summary line, the output) is recorded
+whatever it is. Without a GPU every selected test is skipped, never faked.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-CUDA_TEST_FILES = ("test_equality.py", "test_sampling.py", "test_devices.py")
+CUDA_TEST_FILES = ("test_equality.py", "test_sampling.py", "test_devices.py", "test_processors.py")
 _SUMMARY = re.compile(r"\d+ (passed|failed|skipped|error|errors|deselected)\b")
 
 
