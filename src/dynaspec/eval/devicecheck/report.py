@@ -51,8 +51,8 @@ def _cost_lines(record: dict[str, Any]) -> list[str]:
     lines = [
         "## Costs",
         "",
-        f"After a {settings['prefix_tokens']}-token prefix; medians of {settings['cost_reps']} "
-        "repetitions, each timed after the device finished. T(n): the target's forward over "
+        f"After a {settings['prefix_tokens']}-token prefix; median of {settings['cost_reps']} "
+        "repetition(s), each timed after the device finished. T(n): the target's forward over "
         "n new tokens; c_d: the draft's forward over one token; p: prefill per prompt token.",
         "",
         "| pair | variant | T(1) ms | T(4)/T(1) | T(8)/T(1) | T(16)/T(1) | T(32)/T(1) "
