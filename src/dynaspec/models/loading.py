@@ -22,6 +22,7 @@ from dynaspec.errors import (
     ModelNotAvailableError,
 )
 from dynaspec.models import cache as model_cache
+from dynaspec.models.devices import DeviceArg, resolve_device
 from dynaspec.models.presets import (
     DEFAULT_PAIR,
     ModelPreset,
@@ -104,7 +105,7 @@ def set_threads(threads: int | None) -> int:
 
 
 def _load_folder(
-    folder: Path | str, dtype: torch.dtype | str
+    folder: Path | str, dtype: torch.dtype | str, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import (
         AutoConfig,
@@ -119,17 +120,20 @@ def _load_folder(
     model = auto.from_pretrained(folder, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model.eval()
+    target_device = resolve_device(device)
+    if target_device is not None:
+        model.to(target_device)
     return model, tokenizer
 
 
 def _load_cached_folder(
-    folder: Path, dtype: torch.dtype
+    folder: Path, dtype: torch.dtype, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
     from safetensors import SafetensorError
 
     try:
-        return _load_folder(folder, dtype)
+        return _load_folder(folder, dtype, device)
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:
         raise CorruptModelFileError(
             f"the cached model in {folder} could not be loaded ({type(error).__name__}: "
@@ -144,12 +148,14 @@ def load_preset(
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a preset through the model cache (built on first use). Returns (model, tokenizer)."""
+    resolve_device(device)  # a bad device fails before a long first build
     set_threads(threads)
     torch_dtype = _gguf_dtype(dtype)
     folder = model_cache.ensure_preset_folder(preset, torch_dtype, cache_dir, progress=progress)
-    return _load_cached_folder(folder, torch_dtype)
+    return _load_cached_folder(folder, torch_dtype, device)
 
 
 def load_model(
@@ -158,6 +164,7 @@ def load_model(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
 
@@ -168,17 +175,20 @@ def load_model(
     checkpoint's own precision (float32 for GGUF).
     threads: torch intra-op threads; None uses every core.
     cache_dir: model cache root; None uses $DYNASPEC_CACHE or the user cache folder.
+    device: where the model runs ("cpu", "cuda", "cuda:1", a torch.device); None keeps it
+    where transformers loads it (the CPU).
     """
+    resolve_device(device)  # a bad device fails before a long load
     text = os.fspath(name_or_path)
     preset = find_model_preset(text) if isinstance(name_or_path, str) else None
     if preset is not None:
-        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir)
+        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device)
     path = Path(text).expanduser()
     if path.is_file():
         set_threads(threads)
         torch_dtype = _gguf_dtype(dtype)
         folder = model_cache.ensure_file_folder(path, torch_dtype, cache_dir)
-        return _load_cached_folder(folder, torch_dtype)
+        return _load_cached_folder(folder, torch_dtype, device)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotAvailableError(
@@ -186,10 +196,10 @@ def load_model(
                 "a folder written by save_pretrained(), or the path of a .gguf file"
             )
         set_threads(threads)
-        return _load_folder(path, resolve_dtype(dtype, none_means="auto"))
+        return _load_folder(path, resolve_dtype(dtype, none_means="auto"), device)
     if _looks_like_hub_id(text):
         set_threads(threads)
-        return _load_from_hub(text, resolve_dtype(dtype, none_means="auto"))
+        return _load_from_hub(text, resolve_dtype(dtype, none_means="auto"), device)
     known = ", ".join(model_presets())
     raise ConfigError(
         f"{text!r} is not a preset, an existing file or folder, or a hub id (owner/name): "
@@ -209,10 +219,10 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def _load_from_hub(
-    model_id: str, dtype: torch.dtype | str
+    model_id: str, dtype: torch.dtype | str, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
-        return _load_folder(model_id, dtype)
+        return _load_folder(model_id, dtype, device)
     except OSError as error:
         raise ModelNotAvailableError(
             f"could not load {model_id!r} from the Hugging Face hub ({error}); check the id "
@@ -273,12 +283,18 @@ def load_pair(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
+    draft_device: DeviceArg = None,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
-    Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
+    Both models are in eval mode, in `dtype`, the target on `device` and the draft on
+    `draft_device` (None: the target's `device`). Raises ModelNotAvailableError naming the
     pip command if a model's packages are not installed.
     """
+    draft_device = device if draft_device is None else draft_device
+    resolve_device(device)
+    resolve_device(draft_device)
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
@@ -287,10 +303,10 @@ def load_pair(
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
     target, target_tokenizer = load_preset(
-        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
     draft, draft_tokenizer = load_preset(
-        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
     )
     check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
     return ModelPair(name=pair.name, target=target, draft=draft, tokenizer=target_tokenizer)

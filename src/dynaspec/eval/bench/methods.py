@@ -28,7 +28,13 @@ from typing import Any
 import torch
 
 from dynaspec.errors import ConfigError
-from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_HEURISTIC, HFAssistConfig, HFPeer
+from dynaspec.eval.hf_peer import (
+    HF_DYNAMIC,
+    HF_HEURISTIC,
+    NEUTRAL_GREEDY_KWARGS,
+    HFAssistConfig,
+    HFPeer,
+)
 from dynaspec.generation import generate
 from dynaspec.policies import AdaptivePolicy, OraclePolicy
 
@@ -164,7 +170,7 @@ class MethodRunner:
             input_ids,
             max_new_tokens=self.max_new_tokens,
             eos_token_id=self.eos_token_id,
-            **kwargs,
+            **{**NEUTRAL_GREEDY_KWARGS, **kwargs},  # like for like with the peers
         )
         wall = perf_counter() - start
         summary = output.stats.summary()
@@ -187,6 +193,7 @@ class MethodRunner:
             "other_time_s": summary.other_time_s,
             "inner_wall_time_s": summary.wall_time_s,
             "stop_reasons": dict(Counter(r.stop_reason for r in rounds)),
+            "processors": list(summary.processors),
             "output_ids": output.sequences[0, self._lead(input_ids) :].tolist(),
         }
 
