@@ -25,6 +25,8 @@ from dynaspec.errors import (
 
 VOCAB_SIZE = 16
 PROMPT = torch.tensor([[1, 2, 3]])
+# A schedule that always runs the draft (adaptive may decide a short run is not worth it).
+DRAFT_RUNS = {"num_assistant_tokens_schedule": "dynamic"}
 
 
 def scripted(vocab_size: int = VOCAB_SIZE, **kwargs: Any) -> ScriptedModel:
@@ -285,7 +287,7 @@ def test_cache_that_cannot_roll_back(frozen: str) -> None:
     models = {"target": scripted(), "draft": scripted()}
     models[frozen] = FrozenCacheModel()
     with pytest.raises(UnsupportedModelError, match=r"cannot be rolled back \(no crop\(\)\).*"):
-        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4)
+        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4, **DRAFT_RUNS)
 
 
 @pytest.mark.parametrize("bad_value", [float("nan"), float("inf")])
@@ -295,6 +297,6 @@ def test_nan_or_inf_logits(bad_value: float, broken: str) -> None:
     with torch.no_grad():
         models[broken].lm_head.weight[5, 0] = bad_value
     with pytest.raises(NumericalError, match="NaN/inf logits; check the weights and the dtype"):
-        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4)
+        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4, **DRAFT_RUNS)
     with pytest.raises(FloatingPointError):  # the builtin family, for callers that catch it
         dynaspec.generate(models[broken], None, PROMPT, max_new_tokens=4)

@@ -6,6 +6,7 @@ The CLI only parses arguments and builds configuration; the work lives in the li
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -13,8 +14,10 @@ from typing import Any
 
 import torch
 
-from dynaspec.core.config import SCHEDULES
+from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
 from dynaspec.errors import DynaspecError
+from dynaspec.models.arguments import float_in, int_at_least, pair_name
+from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES, DtypeChoice, choose_dtype
 
 DEFAULT_PAIR = "qwen2.5-coder"
 
@@ -23,20 +26,39 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--pair / --target / --draft / --dtype / --threads, shared by every subcommand."""
     parser.add_argument(
         "--pair",
-        default=DEFAULT_PAIR,
-        help=f"preset pair (default {DEFAULT_PAIR}; 'tiny' = built-in random models, no download)",
+        type=pair_name,
+        default=None,
+        help=f"preset pair (default: {DEFAULT_PAIR}; 'tiny' = built-in random models, "
+        "nothing to download)",
     )
     parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
-    parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
+    parser.add_argument(
+        "--draft", help="draft model (with --target): preset name, HF folder, .gguf or hub id"
+    )
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=("bfloat16", "float32", "float16"),
-        help="weights dtype (default bfloat16: fastest on CPU)",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default: {DEFAULT_DTYPE}: bfloat16 where the CPU multiplies bf16 "
+        "natively (AVX512-BF16 or AMX), else float32; the tiny pair: float32). auto: the "
+        "checkpoint's own dtype",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: all cores)"
+        "--threads",
+        type=int_at_least(1, "omit --threads to use every core"),
+        default=None,
+        help="torch threads (default: all cores)",
     )
+
+
+def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations of model arguments that cannot work: argparse's error (exit 2)."""
+    if args.target is not None and args.pair is not None:
+        parser.error("give --pair or --target (with --draft), not both")
+    if args.draft is not None and args.target is None:
+        parser.error("--draft needs --target (a --pair brings its own draft)")
+    if args.pair is None and args.target is None:
+        args.pair = DEFAULT_PAIR
 
 
 def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -46,7 +68,13 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.target is None and args.pair == "tiny":
         from dynaspec.models.tiny import tiny_pair
 
-        return tiny_pair()
+        target, draft, tokenizer = tiny_pair()
+        if args.dtype is not None:
+            from dynaspec.models.loading import resolve_dtype
+
+            dtype = resolve_dtype(args.dtype, auto_means=torch.float32)
+            target, draft = target.to(dtype), draft.to(dtype)
+        return target, draft, tokenizer
     from dynaspec.models.loading import load_model, load_pair
 
     if args.target is None:
@@ -60,19 +88,54 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 
 def _add_generate(subparsers: Any) -> None:
-    p = subparsers.add_parser("generate", help="generate text with speculative decoding")
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with speculative decoding",
+        formatter_class=DefaultsHelpFormatter,
+    )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
     add_model_arguments(p)
-    p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
-    p.add_argument("--num-assistant-tokens", type=int, default=20)
-    p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument(
+        "--schedule",
+        default=DEFAULT_SCHEDULE,
+        choices=SCHEDULES,
+        help="how many tokens the draft proposes per round; adaptive: measured, cost-aware; "
+        "dynamic: the published confidence rule",
+    )
+    p.add_argument(
+        "--num-assistant-tokens",
+        type=int_at_least(1, "use --no-draft to decode with the target alone"),
+        default=20,
+        help="most tokens drafted per round",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float_in(0.0, 1.0, hint="0 turns the confidence stop off"),
+        default=0.4,
+        help="assistant_confidence_threshold: dynamic stops drafting below this draft probability",
+    )
+    p.add_argument("--max-new-tokens", type=int_at_least(1), default=128, help="new tokens")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--temperature",
+        type=float_in(0.0, math.inf, low_open=True, hint=_GREEDY_HINT),
+        default=1.0,
+        help="with --sample: divide the logits by this",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int_at_least(0, "0 keeps every token"),
+        default=None,
+        help="with --sample: keep the k most likely tokens (default: all)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float_in(0.0, 1.0, low_open=True, hint="1 keeps every token"),
+        default=None,
+        help="with --sample: keep the smallest set with this probability (default: all)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="with --sample: seed (default: random)")
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
@@ -87,7 +150,54 @@ def _add_generate(subparsers: Any) -> None:
         help="also decode with the target alone and print the speedup and whether the "
         "outputs are identical",
     )
-    p.set_defaults(func=run_generate)
+    p.set_defaults(func=run_generate, check=lambda args: _check_generate_arguments(p, args))
+
+
+_GREEDY_HINT = "greedy decoding is the default: drop --sample and --temperature"
+
+
+def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse alone cannot see; then the library's own checks of every value, all
+    before any model loads."""
+    from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+
+    check_model_arguments(parser, args)
+    if args.prompt is not None and args.text is not None:
+        parser.error("give the prompt once: as the last argument or with --prompt")
+    text = args.prompt if args.prompt is not None else args.text
+    if text is None:
+        parser.error('give a prompt: dynaspec generate "Write a function ..."')
+    if not text.strip():
+        parser.error("the prompt is empty: give some text")
+    if args.no_draft and args.draft is not None:
+        parser.error("--no-draft and --draft contradict each other: drop one")
+    try:
+        SpecConfig(args.num_assistant_tokens, args.threshold, args.schedule)
+        SamplingConfig(args.sample, args.temperature, args.top_k, args.top_p, args.seed)
+        LimitsConfig(args.max_new_tokens)
+    except DynaspecError as error:
+        parser.error(error.for_cli())
+
+
+def _describe_run(args: argparse.Namespace) -> str:
+    """The first line of output: the models, whether a draft runs, the schedule, the dtype."""
+    if args.target is None and args.pair == "tiny" and args.dtype is None:
+        dtype = DtypeChoice(torch.float32, "the built-in tiny pair is float32")
+    else:
+        dtype = choose_dtype(args.dtype)
+        if args.dtype is not None:
+            dtype = DtypeChoice(dtype.dtype, f"--dtype {args.dtype}")
+    if args.target is None:
+        models = f"pair {args.pair}"
+    else:
+        models = f"target {args.target}" + (f" + draft {args.draft}" if args.draft else "")
+    if args.no_draft:
+        how = "the target runs alone (--no-draft)"
+    elif args.target is not None and args.draft is None:
+        how = "the target runs alone: no --draft given (add --draft to decode speculatively)"
+    else:
+        how = f"speculative, schedule {args.schedule}"
+    return f"dynaspec: {models}; {how}; dtype {dtype.line()}"
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -97,9 +207,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
-    if text is None:
-        print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
-        return 2
+    print(_describe_run(args), flush=True)
     target, draft, tokenizer = load_models(args)
     if args.no_draft:
         draft = None
@@ -157,9 +265,11 @@ def _explain_divergence(
     )
     if divergence.kind == "tie":
         return (
-            f" at new token {divergence.position}: a {divergence.dtype} tie (the target's top"
-            f" logits {divergence.steps:.1f} steps apart; multi-token and single-token forwards"
-            " round differently there), not a bug."
+            f" from new token {divergence.position} on, at a {divergence.dtype} tie: both "
+            f"tokens' logits lie within {divergence.steps:.1f} {divergence.dtype} steps of the "
+            f"target's top logit there, so either is its argmax within {divergence.dtype} "
+            "precision (a forward over several tokens rounds differently from a forward over "
+            "one). Not a bug; --dtype float32 gives token-identical output."
         )
     return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
 
@@ -192,6 +302,17 @@ def _add_oracle(subparsers: Any) -> None:
     p.set_defaults(func=run_oracle)
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, unless it is None or False (those say in words
+    what they do when absent) or the help text already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynaspec", description="Lossless dynamic speculative decoding."
@@ -205,12 +326,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Exit codes: 0 done; 2 an argument is wrong in itself (argparse's usage error, before
+    any model loads); 1 something found wrong while working (a missing or damaged file, a
+    model that does not fit), printed as one line "error: ..." with the fix."""
+    try:
+        args = build_parser().parse_args(argv)
+        check = getattr(args, "check", None)
+        if check is not None:
+            check(args)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
     try:
         return int(args.func(args) or 0)
     except DynaspecError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err.for_cli()}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

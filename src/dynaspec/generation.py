@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends import as_adapter
-from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+from dynaspec.core.config import DEFAULT_SCHEDULE, LimitsConfig, SamplingConfig, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
@@ -33,7 +33,7 @@ def generate(
     max_new_tokens: int = 128,
     num_assistant_tokens: int = 20,
     assistant_confidence_threshold: float = 0.4,
-    num_assistant_tokens_schedule: str = "dynamic",
+    num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE,
     do_sample: bool = False,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -50,7 +50,9 @@ def generate(
     sampled output follows the target's processed distribution (speculative sampling).
     `draft=None` decodes with the target alone through the same code.
 
-    Parameter names follow transformers' assisted generation. `policy` overrides the
+    Parameter names follow transformers' assisted generation. The default schedule is
+    "adaptive" (cost-aware: it drafts only while its measured costs say drafting pays);
+    "dynamic" is the published confidence rule, transformers' default. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
     """

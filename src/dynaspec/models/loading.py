@@ -18,9 +18,12 @@ from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
     IncompatibleModelsError,
+    MissingDependencyError,
     ModelNotAvailableError,
+    first_line,
 )
 from dynaspec.models import cache as model_cache
+from dynaspec.models.dtype import AUTO, choose_dtype
 from dynaspec.models.presets import (
     ModelPreset,
     default_pair_name,
@@ -30,14 +33,13 @@ from dynaspec.models.presets import (
     model_presets,
     pair_presets,
 )
+from dynaspec.models.quiet import no_progress_bars
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DTypeArg = str | torch.dtype | None
 CacheDirArg = str | os.PathLike[str] | None
-
-_DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 # Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 _TOKENIZER_PROBE = (
@@ -56,31 +58,20 @@ class ModelPair:
     tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
 
 
-def resolve_dtype(dtype: DTypeArg, *, none_means: torch.dtype | str) -> torch.dtype | str:
-    """A torch dtype from "bfloat16" / "float16" / "float32" / torch.dtype / "auto".
+def resolve_dtype(dtype: DTypeArg, *, auto_means: torch.dtype | str) -> torch.dtype | str:
+    """A torch dtype from "machine" / "auto" / "bfloat16" / "float16" / "float32" / a dtype.
 
-    None gives `none_means`: float32 for GGUF (its dequantized precision), "auto" (the
-    checkpoint's own dtype) for transformers folders and hub ids.
+    None and "machine" give the machine's dtype (dynaspec.models.dtype.machine_dtype: bf16
+    where the CPU multiplies bf16 natively, else float32). "auto" gives `auto_means`: the
+    checkpoint's own dtype, float32 for GGUF (its dequantized precision).
     """
-    if dtype is None:
-        return none_means
-    if isinstance(dtype, torch.dtype):
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ConfigError(f"dtype {dtype} is not supported: use one of {_DTYPE_NAMES}")
-        return dtype
-    name = dtype.strip().lower().removeprefix("torch.")
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
-    name = aliases.get(name, name)
-    if name == "auto":
-        return none_means
-    if name not in _DTYPE_NAMES:
-        raise ConfigError(f"unknown dtype {dtype!r}: use one of {_DTYPE_NAMES}, or None")
-    return getattr(torch, name)
+    choice = choose_dtype(dtype)
+    return auto_means if choice.dtype == AUTO else choice.dtype
 
 
 def _gguf_dtype(dtype: DTypeArg) -> torch.dtype:
-    """The dtype a GGUF is dequantized to: None and "auto" mean float32."""
-    torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
+    """The dtype a GGUF is dequantized to: "auto" means float32."""
+    torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
     assert isinstance(torch_dtype, torch.dtype)
     return torch_dtype
 
@@ -99,8 +90,10 @@ def set_threads(threads: int | None) -> int:
 
 
 def _load_folder(
-    folder: Path | str, dtype: torch.dtype | str
+    folder: Path | str, dtype: torch.dtype | str, *, fix: str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a transformers folder or hub id, quietly; what transformers cannot read raises
+    CorruptModelFileError ending in `fix`, a missing package MissingDependencyError."""
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
@@ -108,11 +101,22 @@ def _load_folder(
         AutoTokenizer,
     )
 
-    config = AutoConfig.from_pretrained(folder)
-    # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
-    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = auto.from_pretrained(folder, dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    try:
+        with no_progress_bars():
+            config = AutoConfig.from_pretrained(folder)
+            # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
+            auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+            model = auto.from_pretrained(folder, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"loading {folder} needs a package that is not installed: {first_line(error)}"
+        ) from error
+    except Exception as error:  # transformers raises OSError, ValueError, TypeError, ...
+        raise CorruptModelFileError(
+            f"transformers could not load {folder} ({type(error).__name__}: "
+            f"{first_line(error)}); {fix}"
+        ) from error
     model.eval()
     return model, tokenizer
 
@@ -121,21 +125,13 @@ def _load_cached_folder(
     folder: Path, dtype: torch.dtype
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
-    from safetensors import SafetensorError
-
-    try:
-        return _load_folder(folder, dtype)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        raise CorruptModelFileError(
-            f"the cached model in {folder} could not be loaded ({type(error).__name__}: "
-            f"{error}); delete that folder and load again to rebuild it"
-        ) from error
+    return _load_folder(folder, dtype, fix="delete that folder and load again to rebuild it")
 
 
 def load_preset(
     preset: ModelPreset,
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = None,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
@@ -150,7 +146,7 @@ def load_preset(
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = None,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -159,8 +155,9 @@ def load_model(
     name_or_path: a preset name ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
     "smollm2-135m", "gemma3-270m"; see `dynaspec models`), a transformers folder, a
     .gguf file (dequantized once into the cache), or a Hugging Face hub id.
-    dtype: "bfloat16" (default), "float16", "float32", a torch.dtype, or None for the
-    checkpoint's own precision (float32 for GGUF).
+    dtype: None or "machine" (default: bf16 where the CPU multiplies bf16 natively, else
+    float32; see dynaspec.models.dtype), "auto" (the checkpoint's own dtype; float32 for
+    GGUF), "bfloat16", "float16", "float32", or a torch.dtype.
     threads: torch intra-op threads; None uses every core.
     cache_dir: model cache root; None uses $DYNASPEC_CACHE or the user cache folder.
     """
@@ -181,10 +178,11 @@ def load_model(
                 "a folder written by save_pretrained(), or the path of a .gguf file"
             )
         set_threads(threads)
-        return _load_folder(path, resolve_dtype(dtype, none_means="auto"))
+        fix = "check its config.json and weights (a folder written by save_pretrained() loads)"
+        return _load_folder(path, resolve_dtype(dtype, auto_means="auto"), fix=fix)
     if _looks_like_hub_id(text):
         set_threads(threads)
-        return _load_from_hub(text, resolve_dtype(dtype, none_means="auto"))
+        return _load_from_hub(text, resolve_dtype(dtype, auto_means="auto"))
     known = ", ".join(model_presets())
     raise ConfigError(
         f"{text!r} is not a preset, an existing file or folder, or a hub id (owner/name): "
@@ -207,10 +205,13 @@ def _load_from_hub(
     model_id: str, dtype: torch.dtype | str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
-        return _load_folder(model_id, dtype)
-    except OSError as error:
+        return _load_folder(model_id, dtype, fix="check the id, or use a preset or a local folder")
+    except CorruptModelFileError as error:
+        if not isinstance(error.__cause__, OSError):
+            raise
         raise ModelNotAvailableError(
-            f"could not load {model_id!r} from the Hugging Face hub ({error}); check the id "
+            f"could not load {model_id!r} from the Hugging Face hub "
+            f"({first_line(error.__cause__)}); check the id "
             "and the network, or use a preset (`dynaspec models`) or a local folder"
         ) from error
 
@@ -265,14 +266,15 @@ def _logit_width(model: PreTrainedModel) -> int:
 def load_pair(
     name: str | None = None,
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = None,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
-    Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
-    pip command if a model's packages are not installed.
+    Both models are in eval mode, in `dtype` (None: the machine's; see load_model).
+    Raises ModelNotAvailableError naming the pip command if a model's packages are not
+    installed.
     """
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
