@@ -147,6 +147,15 @@ def test_prompt_plus_max_new_tokens_beyond_the_context() -> None:
     )
 
 
+def test_prompt_that_fills_the_context_says_to_shorten_it() -> None:
+    """No new token fits: the fix is a shorter prompt, never "max_new_tokens to 0"."""
+    with pytest.raises(InputError, match="shorten the prompt to at most 31 tokens") as info:
+        dynaspec.generate(scripted(max_length=32), None, torch.ones(1, 32, dtype=torch.long))
+    assert "max_new_tokens to" not in str(info.value)
+    assert "--max-new-tokens" not in str(info.value)  # Python words in Python
+    assert "--max-new-tokens (128)" in info.value.for_cli()  # the flag on the command line
+
+
 def test_draft_context_counts_too() -> None:
     raises(
         InputError,

@@ -62,9 +62,8 @@ class MissingDependencyError(DynaspecError, ImportError):
     """A package dynaspec needs for this operation is not installed; the message names it."""
 
 
-def first_line(error: BaseException, limit: int = 300) -> str:
-    """The first line of another library's error message, at most `limit` characters: for
-    quoting it inside one of ours."""
-    lines = str(error).strip().splitlines()
-    text = " ".join(lines[0].split()) if lines else type(error).__name__
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """Another library's error message on one line, at most `limit` characters: for quoting
+    it inside one of ours."""
+    text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -37,7 +37,7 @@ from dynaspec.errors import (
     MissingDependencyError,
     ModelNotAvailableError,
     UnsupportedModelError,
-    first_line,
+    one_line,
 )
 from dynaspec.models.presets import GgufSlice, ModelPreset
 
@@ -432,7 +432,7 @@ def build_folder(
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as error:
             raise UnsupportedModelError(
                 f"transformers {_transformers_version()} cannot convert {gguf_path} "
-                f"({type(error).__name__}: {first_line(error)}): pass a GGUF of an "
+                f"({type(error).__name__}: {one_line(error)}): pass a GGUF of an "
                 "architecture transformers reads (llama, qwen2, gemma3, ...) or a "
                 "transformers model folder"
             ) from error
@@ -532,7 +532,7 @@ def ensure_file_folder(
     folder = resolve_cache_dir(cache_dir) / "hf" / f"file-{path.stem}-{key}-{dtype_name(dtype)}"
     if is_complete_folder(folder):
         return folder
-    check_gguf_structure(path, fix="the file is truncated or damaged: download it again")
+    check_gguf_structure(path, fix="download it again, or check the path")
     return build_folder(path, folder, dtype=dtype, source={"source_path": str(path)})
 
 
@@ -547,8 +547,8 @@ def check_gguf_structure(path: Path, *, fix: str) -> None:
         reader = GGUFReader(path)
     except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as error:
         raise CorruptModelFileError(
-            f"{path} ({size} bytes) is not a readable GGUF: its header or tensor table is cut "
-            f"short or damaged ({type(error).__name__}: {first_line(error)}); {fix}"
+            f"{path} ({size} bytes) cannot be read as a GGUF, so it is cut short or damaged "
+            f"(the gguf package: {type(error).__name__}: {one_line(error)}); {fix}"
         ) from error
     end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     if end > size:

@@ -51,26 +51,26 @@ class CpuFeatures:
         return {**flags, "torch_cpu_capability": self.torch_capability}
 
 
-def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
-    """The CPU_FLAGS named on the first `flags` (x86) line of /proc/cpuinfo's text."""
+def parse_cpu_flags(cpuinfo: str) -> frozenset[str] | None:
+    """The CPU_FLAGS named on the first `flags` line of /proc/cpuinfo's text (x86 Linux);
+    None where there is no such line (another OS or architecture)."""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "flags":
             return frozenset(value.split()) & frozenset(CPU_FLAGS)
-    return frozenset()
+    return None
 
 
 def cpu_features(cpuinfo: str | None = None) -> CpuFeatures:
     """This CPU's features, read from /proc/cpuinfo (or from `cpuinfo`, its text)."""
-    known = cpuinfo is not None
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-            known = True
         except OSError:
             cpuinfo = ""
-    known = known and "flags" in cpuinfo
-    return CpuFeatures(parse_cpu_flags(cpuinfo), torch.backends.cpu.get_cpu_capability(), known)
+    flags = parse_cpu_flags(cpuinfo)
+    capability = torch.backends.cpu.get_cpu_capability()
+    return CpuFeatures(flags or frozenset(), capability, known=flags is not None)
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,9 @@ def machine_dtype(
     """
     kind = torch.device(device).type
     if kind == "cuda":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return DtypeChoice(torch.bfloat16, "machine: the GPU computes bf16 natively")
-        return DtypeChoice(torch.float16, "machine: the GPU lacks bf16, so float16")
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            return DtypeChoice(torch.float16, "machine: this GPU lacks bf16, so float16")
+        return DtypeChoice(torch.bfloat16, "machine: a GPU computes bf16 natively")
     if kind != "cpu":
         return DtypeChoice(torch.float32, f"machine: no rule for {kind} devices yet, so float32")
     features = cpu_features() if features is None else features
@@ -113,10 +113,9 @@ def machine_dtype(
             torch.bfloat16, f"machine: this CPU has {flags}, so it multiplies bf16 natively"
         )
     if not features.known:
+        where = f"{platform.system()} {platform.machine()}".strip() or "this machine"
         return DtypeChoice(
-            torch.float32,
-            f"machine: this CPU's bf16 support cannot be read on {platform.system() or 'this OS'}, "
-            "so float32",
+            torch.float32, f"machine: no x86 CPU flags to read on {where}, so float32"
         )
     return DtypeChoice(
         torch.float32,

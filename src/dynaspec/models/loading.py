@@ -20,7 +20,7 @@ from dynaspec.errors import (
     IncompatibleModelsError,
     MissingDependencyError,
     ModelNotAvailableError,
-    first_line,
+    one_line,
 )
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import AUTO, choose_dtype
@@ -110,12 +110,12 @@ def _load_folder(
             tokenizer = AutoTokenizer.from_pretrained(folder)
     except ImportError as error:
         raise MissingDependencyError(
-            f"loading {folder} needs a package that is not installed: {first_line(error)}"
+            f"loading {folder} needs a package that is not installed: {one_line(error)}"
         ) from error
     except Exception as error:  # transformers raises OSError, ValueError, TypeError, ...
         raise CorruptModelFileError(
             f"transformers could not load {folder} ({type(error).__name__}: "
-            f"{first_line(error)}); {fix}"
+            f"{one_line(error)}); {fix}"
         ) from error
     model.eval()
     return model, tokenizer
@@ -211,7 +211,7 @@ def _load_from_hub(
             raise
         raise ModelNotAvailableError(
             f"could not load {model_id!r} from the Hugging Face hub "
-            f"({first_line(error.__cause__)}); check the id "
+            f"({one_line(error.__cause__)}); check the id "
             "and the network, or use a preset (`dynaspec models`) or a local folder"
         ) from error
 
