@@ -254,3 +254,4 @@ def test_models_report(tmp_path):
     assert smol_line.endswith("bfloat16") and "135M" in smol_line and "98 MB" in smol_line
     assert "qwen2.5-coder (default): qwen2.5-coder-1.5b + qwen2.5-coder-0.5b" in report
     assert f"cache: {tmp_path}" in report
+    assert f"dtype on this machine: {machine_dtype().line()}" in report

@@ -289,7 +289,11 @@ def _print_models() -> int:
 def _add_bench(subparsers: Any) -> None:
     from dynaspec.eval.bench.run import add_bench_arguments, run_bench
 
-    p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark schedules and peers side by side",
+        formatter_class=DefaultsHelpFormatter,
+    )
     add_bench_arguments(p)
     p.set_defaults(func=run_bench)
 
@@ -297,7 +301,11 @@ def _add_bench(subparsers: Any) -> None:
 def _add_oracle(subparsers: Any) -> None:
     from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
 
-    p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
+    p = subparsers.add_parser(
+        "oracle",
+        help="oracle lookahead analysis over a data set",
+        formatter_class=DefaultsHelpFormatter,
+    )
     add_oracle_arguments(p)
     p.set_defaults(func=run_oracle)
 

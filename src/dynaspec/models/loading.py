@@ -23,7 +23,7 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models import cache as model_cache
-from dynaspec.models.dtype import AUTO, choose_dtype
+from dynaspec.models.dtype import AUTO, choose_dtype, machine_dtype
 from dynaspec.models.presets import (
     ModelPreset,
     default_pair_name,
@@ -340,6 +340,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         lines.append(f"  {pair.name}{default}: {pair.target} + {pair.draft}")
     lines.append("")
     lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
+    lines.append(f"dtype on this machine: {machine_dtype().line()}")
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)
