@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -257,3 +258,14 @@ def test_first_line_names_pair_schedule_and_dtype(capsys) -> None:
         "dynaspec: pair tiny; speculative, schedule adaptive; dtype float32 (the built-in "
         "tiny pair is float32)"
     )
+
+
+def test_a_tie_is_explained_in_one_line() -> None:
+    tie = SimpleNamespace(kind="tie", position=37, dtype="bfloat16", steps=1.0)
+    text = cli.describe_divergence(tie)
+    assert "\n" not in text
+    assert "from new token 37 on, at a bfloat16 tie" in text
+    assert "either is its argmax within bfloat16 precision" in text
+    assert "Not a bug; --dtype float32 gives token-identical output" in text
+    bug = SimpleNamespace(kind="BUG", position=3, dtype="float32", steps=40.0)
+    assert "NOT a numerical tie. Please report this bug" in cli.describe_divergence(bug)

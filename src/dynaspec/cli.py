@@ -263,6 +263,12 @@ def _explain_divergence(
     divergence = classify_mismatch(
         target, input_ids, alone[0, start:].tolist(), speculative[0, start:].tolist()
     )
+    return describe_divergence(divergence)
+
+
+def describe_divergence(divergence: Any) -> str:
+    """What a greedy divergence (a classified mismatch: kind, position, dtype, steps) means,
+    as the end of the --compare line."""
     if divergence.kind == "tie":
         return (
             f" from new token {divergence.position} on, at a {divergence.dtype} tie: both "
