@@ -1,0 +1,126 @@
+"""The package's folders are its layers (docs/architecture.md): imports point down only,
+there are no import cycles, and files and functions stay small enough to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dynaspec"
+
+# Higher imports lower, never the reverse; one rank holds layers that must not import each
+# other (policies, backends and drafters only meet in core's protocols).
+RANKS = {
+    "errors": 0,
+    "core": 1,
+    "policies": 2,
+    "backends": 2,
+    "drafters": 2,
+    "generation": 3,
+    "models": 4,
+    "eval": 5,
+    "cli": 6,
+    "__main__": 7,  # `python -m dynaspec` runs the CLI
+    "__init__": 6,  # the public facade re-exports from every layer below the CLI
+}
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    """dynaspec modules imported anywhere in the file (inside functions too), except the
+    annotations-only imports under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("dynaspec"))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if not node.module.startswith("dynaspec"):
+                continue
+            for alias in node.names:  # `from dynaspec.models import cache` imports a module
+                child = f"{node.module}.{alias.name}"
+                is_module = (PACKAGE.parent / child.replace(".", "/")).with_suffix(".py").exists()
+                is_package = (PACKAGE.parent / child.replace(".", "/")).is_dir()
+                found.add(child if is_module or is_package else node.module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_layer_has_a_rank() -> None:
+    layers = {_layer(module) for module in _graph()}
+    assert layers <= set(RANKS), f"give {sorted(layers - set(RANKS))} a rank in RANKS"
+
+
+def test_imports_point_down_only() -> None:
+    wrong = []
+    for module, imported in _graph().items():
+        for target in imported:
+            if target == "dynaspec" and _layer(module) not in ("__init__", "cli", "__main__"):
+                wrong.append(f"{module} imports the dynaspec facade")
+                continue
+            low, high = _layer(target), _layer(module)
+            if low == high or target == "dynaspec":
+                continue
+            if RANKS[low] >= RANKS[high]:
+                wrong.append(f"{module} ({high}) imports {target} ({low})")
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(sorted(wrong))
+
+
+def test_there_are_no_import_cycles() -> None:
+    graph = _graph()
+    edges = {m: {t for t in ts if t in graph and t != m} for m, ts in graph.items()}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack + [target])
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    # A package's __init__ importing its own submodules is not a cycle of concerns.
+    real = [c for c in cycles if not all(p.startswith(c.split(" -> ")[0]) for p in c.split(" -> "))]
+    assert not real, "import cycles:\n" + "\n".join(real)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from dynaspec.eval import data\nif TYPE_CHECKING:\n    import dynaspec.cli\n"
+    )
+    assert _imports(source) == {"dynaspec.eval.data"}
