@@ -3,14 +3,14 @@ it adapts its lookahead to what drafting costs."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 from tiny_models import ScriptedModel
 
 import dynaspec
 from dynaspec import GenerateOutput
+from dynaspec.eval.cost_model import CostProfile
+from dynaspec.eval.oracle.run import SimulatedTimePolicy
 from dynaspec.policies import DraftStep, RoundResult
 from dynaspec.policies.adaptive import AdaptivePolicy, pool_adjacent_violators
 
@@ -147,49 +147,20 @@ def test_expensive_prefill_means_expensive_verification() -> None:
     assert policy.max_lookahead(catchup=202, remaining=1000) == 0
 
 
-class FixedCosts:
-    """An adaptive policy that learns round times from a cost model instead of the clock.
+def fixed_costs(
+    *, target_s: float, draft_s: float, target_per_token_s: float = 0.0
+) -> SimulatedTimePolicy:
+    """A fresh adaptive policy that learns round times from a cost model, not the clock.
 
-    The loop times every forward and hands the times to the policy in `update()`; this
-    wrapper replaces them with what the round's counts cost in the model: a target forward
-    over n tokens `target_s + target_per_token_s * n`, a draft forward `draft_s`. The
-    policy's rule is unchanged, but what it sees no longer depends on how loaded the
+    The loop times every forward and hands the times to the policy; the wrapper (the
+    oracle's replay uses it too) replaces them with what the round's counts cost: a target
+    forward over n tokens `target_s + target_per_token_s * n`, a draft forward `draft_s`.
+    The policy's rule is unchanged, but what it sees no longer depends on how loaded the
     machine is, so its decisions are the same on every run (the stats keep the real times).
     """
-
-    def __init__(
-        self,
-        *,
-        target_s: float,
-        draft_s: float,
-        target_per_token_s: float = 0.0,
-        max_tokens: int = 20,
-    ) -> None:
-        self.inner = AdaptivePolicy(max_tokens=max_tokens)
-        self.name = self.inner.name
-        self.target_s = target_s
-        self.target_per_token_s = target_per_token_s
-        self.draft_s = draft_s
-
-    @property
-    def stop_reason(self) -> str:
-        return self.inner.stop_reason
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
-        return self.inner.max_lookahead(catchup, remaining)
-
-    def should_stop(self, step: DraftStep) -> bool:
-        return self.inner.should_stop(step)
-
-    def update(self, result: RoundResult) -> None:
-        target_time = self.target_s + self.target_per_token_s * result.num_verified
-        draft_time = self.draft_s * result.draft_forwards
-        self.inner.update(
-            dataclasses.replace(result, target_time_s=target_time, draft_time_s=draft_time)
-        )
+    verify_s = (target_s + target_per_token_s, target_s + 2 * target_per_token_s)
+    profile = CostProfile(draft_token_s=draft_s, verify_s=verify_s)  # T(n) linear in n
+    return SimulatedTimePolicy(AdaptivePolicy(max_tokens=20), profile)
 
 
 def counting_model() -> ScriptedModel:
@@ -198,7 +169,7 @@ def counting_model() -> ScriptedModel:
 
 def adaptive_run(prompt: torch.Tensor, max_new_tokens: int, **costs: float) -> GenerateOutput:
     """An adaptive run of two always-agreeing counting models, timed by `costs`."""
-    policy = FixedCosts(**costs)
+    policy = fixed_costs(**costs)
     return dynaspec.generate(
         counting_model(), counting_model(), prompt, max_new_tokens=max_new_tokens, policy=policy
     )
@@ -245,7 +216,7 @@ def test_adaptive_uses_a_cheap_draft_and_skips_an_expensive_one() -> None:
 
 
 def test_caller_policy_keeps_what_it_learned() -> None:
-    policy = FixedCosts(target_s=0.03, draft_s=0.001)  # a cheap draft: it drafts
+    policy = fixed_costs(target_s=0.03, draft_s=0.001)  # a cheap draft: it drafts
     model = counting_model()
     dynaspec.generate(
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy

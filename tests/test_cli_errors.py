@@ -15,13 +15,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 from test_loading import write_tiny_gguf
 
 from dynaspec import cli
 from dynaspec.models import cache as model_cache
 from dynaspec.models import loading
-from dynaspec.models.tiny import tiny_pair
+
+pytestmark = pytest.mark.usefixtures("keep_thread_count")
 
 PYTHON_WORDS = re.compile(r"draft=None|do_sample|(?<!-)max_new_tokens|load_model\(|cache_dir=")
 
@@ -64,23 +64,6 @@ def no_model_loads_unless_allowed(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
     monkeypatch.setattr(loading, "load_pair", forbidden)
     monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(autouse=True)
-def keep_thread_count():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny target saved as a transformers folder."""
-    target, _, tokenizer = tiny_pair()
-    folder = tmp_path_factory.mktemp("tiny-folder")
-    target.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def broken_copy(tiny_folder: Path, tmp_path: Path, config_text: str) -> Path:

@@ -8,30 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from test_loading import write_tiny_gguf
 from transformers.utils import logging as hf_logging
 
 from dynaspec.errors import CacheNotWritableError, ConfigError, CorruptModelFileError
 from dynaspec.models import loading
 from dynaspec.models.dtype import machine_dtype
-from dynaspec.models.tiny import tiny_pair
 
-
-@pytest.fixture(autouse=True)
-def keep_thread_count():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target, _, tokenizer = tiny_pair()
-    folder = tmp_path_factory.mktemp("tiny-folder")
-    target.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+pytestmark = pytest.mark.usefixtures("keep_thread_count")
 
 
 def test_wrong_field_type_in_config_json(tiny_folder: Path, tmp_path: Path) -> None:
