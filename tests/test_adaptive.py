@@ -10,7 +10,7 @@ from tiny_models import ScriptedModel
 import dynaspec
 from dynaspec import GenerateOutput
 from dynaspec.eval.cost_model import CostProfile
-from dynaspec.eval.oracle.run import SimulatedTimePolicy
+from dynaspec.eval.oracle.replay import SimulatedTimePolicy
 from dynaspec.policies import DraftStep, RoundResult
 from dynaspec.policies.adaptive import AdaptivePolicy, pool_adjacent_violators
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dynaspec"
 
 # Higher imports lower, never the reverse; one rank holds layers that must not import each
@@ -124,3 +126,16 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
         "from dynaspec.eval import data\nif TYPE_CHECKING:\n    import dynaspec.cli\n"
     )
     assert _imports(source) == {"dynaspec.eval.data"}
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.name))
+def test_files_and_functions_stay_small(path: Path) -> None:
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_FILE_LINES, f"{path}: split it (over 600 lines)"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{path}: functions over {MAX_FUNCTION_LINES} lines: {long}"

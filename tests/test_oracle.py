@@ -18,31 +18,27 @@ from tiny_models import ScriptedModel
 
 import dynaspec
 from dynaspec.eval.cost_model import CostProfile
-from dynaspec.eval.oracle.report import (
+from dynaspec.eval.oracle.args import add_oracle_arguments
+from dynaspec.eval.oracle.markdown import render_markdown
+from dynaspec.eval.oracle.measure import measure_prompt
+from dynaspec.eval.oracle.methods import default_policy_specs
+from dynaspec.eval.oracle.records import ORACLE, DraftTrace, PromptRecord, RoundInfo, rounds_of
+from dynaspec.eval.oracle.replay import (
+    ReplayDraft,
+    ReplayTarget,
+    ReplayText,
+    SimulatedTimePolicy,
+    analyze,
+    confident_logits,
+    replay,
+)
+from dynaspec.eval.oracle.run import run_oracle
+from dynaspec.eval.oracle.summary import (
     build_summary,
     calibration,
     group_summary,
     read_bench_jsonl,
-    render_markdown,
     run_shares,
-)
-from dynaspec.eval.oracle.run import (
-    ORACLE,
-    DraftTrace,
-    PromptRecord,
-    ReplayDraft,
-    ReplayTarget,
-    ReplayText,
-    RoundInfo,
-    SimulatedTimePolicy,
-    add_oracle_arguments,
-    analyze,
-    confident_logits,
-    default_policy_specs,
-    measure_prompt,
-    replay,
-    rounds_of,
-    run_oracle,
 )
 from dynaspec.policies import RoundResult
 
@@ -370,6 +366,12 @@ def test_smoke_end_to_end(tmp_path):
         assert name in names, name
     summary = json.loads((out / "oracle_summary.json").read_text())
     assert summary["tasks"] == ["summarization", "open-ended", "code"]
+    config = summary["config"]
+    assert (config["dtype"], config["dtype_reason"]) == (
+        "float32",
+        "the built-in tiny pair is float32",
+    )
+    assert {"avx2", "avx512_bf16", "amx_bf16"} <= set(config["machine"]["cpu_features"])
     overall = summary["groups"]["overall"]
     assert overall["prompts"] == 3
     assert overall["consistency"]["prompts_consistent"] == 3

@@ -302,7 +302,7 @@ def test_token_sampler_greedy_picks_the_argmax() -> None:
     sampler = TokenSampler(SamplingConfig(do_sample=False, temperature=0.1, top_k=1))
     logits = torch.tensor([0.1, 3.0, 2.9])
     assert int(sampler.pick(logits, sampler.probs(logits[None])[0])) == 1
-    assert not sampler.warpers and sampler.generator is None
+    assert not sampler.processors and sampler.generator is None
 
 
 # ---------------------------------------------------------------------------------------

@@ -150,8 +150,10 @@ def hf_greedy(
     input_ids: torch.Tensor,
     max_new_tokens: int,
     eos_token_id: int | list[int] | None = None,
-) -> torch.Tensor:
-    """The reference: transformers' own greedy `generate`, (1, T + new).
+    **kwargs: Any,
+) -> Any:
+    """The reference: transformers' own greedy `generate`, (1, T + new); `kwargs` are more
+    generate() keywords (logits processors, stopping criteria, output flags).
 
     The attention mask is always passed: without it transformers masks every prompt token
     equal to the pad id, and the reference would be wrong.
@@ -163,6 +165,7 @@ def hf_greedy(
         max_new_tokens=max_new_tokens,
         pad_token_id=0,
         eos_token_id=eos_token_id,
+        **kwargs,
     )
 
 

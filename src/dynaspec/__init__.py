@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
 from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
 from dynaspec.errors import DynaspecError
-from dynaspec.generation import GenerateOutput, generate
+from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
 from dynaspec.policies import (
     AdaptivePolicy,
     ConstantPolicy,
@@ -33,6 +33,7 @@ __all__ = [
     "DynamicPolicy",
     "DynaspecError",
     "GenerateOutput",
+    "GenerationKwargs",
     "GenerationStats",
     "HeuristicPolicy",
     "LimitsConfig",

@@ -16,10 +16,10 @@ import torch
 
 from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
 from dynaspec.errors import DynaspecError
-from dynaspec.models.arguments import float_in, int_at_least, pair_name
-from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES, DtypeChoice, choose_dtype
-
-DEFAULT_PAIR = "qwen2.5-coder"
+from dynaspec.models.arguments import TINY_PAIR, float_in, int_at_least, pair_name
+from dynaspec.models.dtype import DtypeChoice
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, dtype_choice, load_models
+from dynaspec.models.presets import DEFAULT_PAIR
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--pair",
         type=pair_name,
         default=None,
-        help=f"preset pair (default: {DEFAULT_PAIR}; 'tiny' = built-in random models, "
+        help=f"preset pair (default: {DEFAULT_PAIR}; '{TINY_PAIR}' = built-in random models, "
         "nothing to download)",
     )
     parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
@@ -61,32 +61,6 @@ def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         args.pair = DEFAULT_PAIR
 
 
-def load_models(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(target, draft, tokenizer) from --pair or --target/--draft."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.target is None and args.pair == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
-        target, draft, tokenizer = tiny_pair()
-        if args.dtype is not None:
-            from dynaspec.models.loading import resolve_dtype
-
-            dtype = resolve_dtype(args.dtype, auto_means=torch.float32)
-            target, draft = target.to(dtype), draft.to(dtype)
-        return target, draft, tokenizer
-    from dynaspec.models.loading import load_model, load_pair
-
-    if args.target is None:
-        pair = load_pair(args.pair, dtype=args.dtype, threads=args.threads)
-        return pair.target, pair.draft, pair.tokenizer
-    target, tokenizer = load_model(args.target, dtype=args.dtype, threads=args.threads)
-    draft = None
-    if args.draft is not None:
-        draft, _ = load_model(args.draft, dtype=args.dtype, threads=args.threads)
-    return target, draft, tokenizer
-
-
 def _add_generate(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
@@ -115,27 +89,7 @@ def _add_generate(subparsers: Any) -> None:
         default=0.4,
         help="assistant_confidence_threshold: dynamic stops drafting below this draft probability",
     )
-    p.add_argument("--max-new-tokens", type=int_at_least(1), default=128, help="new tokens")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument(
-        "--temperature",
-        type=float_in(0.0, math.inf, low_open=True, hint=_GREEDY_HINT),
-        default=1.0,
-        help="with --sample: divide the logits by this",
-    )
-    p.add_argument(
-        "--top-k",
-        type=int_at_least(0, "0 keeps every token"),
-        default=None,
-        help="with --sample: keep the k most likely tokens (default: all)",
-    )
-    p.add_argument(
-        "--top-p",
-        type=float_in(0.0, 1.0, low_open=True, hint="1 keeps every token"),
-        default=None,
-        help="with --sample: keep the smallest set with this probability (default: all)",
-    )
-    p.add_argument("--seed", type=int, default=None, help="with --sample: seed (default: random)")
+    _add_generation_settings(p)
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
@@ -153,13 +107,70 @@ def _add_generate(subparsers: Any) -> None:
     p.set_defaults(func=run_generate, check=lambda args: _check_generate_arguments(p, args))
 
 
+_FROM_CONFIG = "(default: the model's generation config, else {})"
 _GREEDY_HINT = "greedy decoding is the default: drop --sample and --temperature"
 
 
+def _add_generation_settings(p: argparse.ArgumentParser) -> None:
+    """transformers' generation settings. Left out, each follows the model's
+    generation_config, else dynaspec's default (greedy, 128 new tokens), as in generate()."""
+    p.add_argument(
+        "--max-new-tokens", type=int_at_least(1), default=None, help=_FROM_CONFIG.format(128)
+    )
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument(
+        "--temperature",
+        type=float_in(0.0, math.inf, low_open=True, hint=_GREEDY_HINT),
+        default=None,
+        help="with --sample: divide the logits by this " + _FROM_CONFIG.format(1.0),
+    )
+    p.add_argument(
+        "--top-k",
+        type=int_at_least(0, "0 keeps every token"),
+        default=None,
+        help="with --sample: keep the k most likely tokens " + _FROM_CONFIG.format("all"),
+    )
+    p.add_argument(
+        "--top-p",
+        type=float_in(0.0, 1.0, low_open=True, hint="1 keeps every token"),
+        default=None,
+        help="with --sample: keep the smallest set with this probability "
+        + _FROM_CONFIG.format("all"),
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="with --sample: seed (default: random; repeats exactly with a fixed --schedule, "
+        "not adaptive, whose rounds follow measured times)",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float_in(0.0, math.inf, low_open=True, hint="1 is no penalty"),
+        default=None,
+        help="> 1 discourages repeats",
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int_at_least(0, "0 allows every repeat"),
+        default=None,
+        help="ban repeated n-grams of this size",
+    )
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+    )
+    p.add_argument(
+        "--max-time",
+        type=float_in(0.0, math.inf, low_open=True),
+        default=None,
+        help="stop after this many seconds",
+    )
+
+
 def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """What argparse alone cannot see; then the library's own checks of every value, all
+    """What argparse alone cannot see; then the library's own checks of the values, all
     before any model loads."""
-    from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+    from dynaspec.core.config import SpecConfig
 
     check_model_arguments(parser, args)
     if args.prompt is not None and args.text is not None:
@@ -171,22 +182,23 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         parser.error("the prompt is empty: give some text")
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
+    if args.stop is not None and not all(args.stop):
+        parser.error("argument --stop: an empty stop string would stop at once; drop it")
     try:
-        SpecConfig(args.num_assistant_tokens, args.threshold, args.schedule)
-        SamplingConfig(args.sample, args.temperature, args.top_k, args.top_p, args.seed)
-        LimitsConfig(args.max_new_tokens)
+        SpecConfig(
+            num_assistant_tokens=args.num_assistant_tokens,
+            assistant_confidence_threshold=args.threshold,
+            num_assistant_tokens_schedule=args.schedule,
+        )
     except DynaspecError as error:
         parser.error(error.for_cli())
 
 
-def _describe_run(args: argparse.Namespace) -> str:
+def describe_run(args: argparse.Namespace) -> str:
     """The first line of output: the models, whether a draft runs, the schedule, the dtype."""
-    if args.target is None and args.pair == "tiny" and args.dtype is None:
-        dtype = DtypeChoice(torch.float32, "the built-in tiny pair is float32")
-    else:
-        dtype = choose_dtype(args.dtype)
-        if args.dtype is not None:
-            dtype = DtypeChoice(dtype.dtype, f"--dtype {args.dtype}")
+    dtype = dtype_choice(args.dtype, pair=args.pair if args.target is None else None)
+    if args.dtype is not None:
+        dtype = DtypeChoice(dtype.dtype, f"--dtype {args.dtype}")
     if args.target is None:
         models = f"pair {args.pair}"
     else:
@@ -207,8 +219,10 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
-    print(_describe_run(args), flush=True)
-    target, draft, tokenizer = load_models(args)
+    print(describe_run(args), flush=True)
+    target, draft, tokenizer = load_models(
+        args.pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+    )
     if args.no_draft:
         draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
@@ -216,18 +230,15 @@ def run_generate(args: argparse.Namespace) -> int:
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
     input_ids = render_prompt(tokenizer, text, chat=chat)
     options = dict(
-        max_new_tokens=args.max_new_tokens,
         num_assistant_tokens=args.num_assistant_tokens,
         assistant_confidence_threshold=args.threshold,
         num_assistant_tokens_schedule=args.schedule,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         seed=args.seed,
+        tokenizer=tokenizer,
+        **generation_keywords(args),
     )
     if args.compare and draft is not None:  # untimed warm-up of both paths
-        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens)}
+        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens or 4)}
         generate(target, draft, input_ids, **warm)
         generate(target, None, input_ids, **warm)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -241,7 +252,7 @@ def run_generate(args: argparse.Namespace) -> int:
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
-        if args.sample:
+        if out.stats.do_sample:
             verdict += " (sampling: outputs differ by design; distributions are equal)"
         elif not same and not getattr(target.config, "is_encoder_decoder", False):
             verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
@@ -253,11 +264,27 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def generation_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """transformers' generation keywords for the options given on the command line."""
+    chosen = {
+        "max_new_tokens": args.max_new_tokens,
+        "do_sample": True if args.sample else None,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "stop_strings": args.stop,
+        "max_time": args.max_time,
+    }
+    return {key: value for key, value in chosen.items() if value is not None}
+
+
 def _explain_divergence(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> str:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.bench.run import classify_mismatch
+    from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     divergence = classify_mismatch(
@@ -293,7 +320,8 @@ def _print_models() -> int:
 
 
 def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.run import add_bench_arguments, run_bench
+    from dynaspec.eval.bench.args import add_bench_arguments
+    from dynaspec.eval.bench.run import run_bench
 
     p = subparsers.add_parser(
         "bench",
@@ -305,7 +333,8 @@ def _add_bench(subparsers: Any) -> None:
 
 
 def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.run import add_oracle_arguments, run_oracle
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+    from dynaspec.eval.oracle.run import run_oracle
 
     p = subparsers.add_parser(
         "oracle",

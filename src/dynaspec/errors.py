@@ -62,6 +62,12 @@ class MissingDependencyError(DynaspecError, ImportError):
     """A package dynaspec needs for this operation is not installed; the message names it."""
 
 
+class UnsupportedOptionError(DynaspecError, ValueError):
+    """A generation option speculative decoding cannot reproduce (beam search, several
+    sequences, a padded batch, a processor that runs the model); the message names the
+    alternative."""
+
+
 def one_line(error: BaseException, limit: int = 300) -> str:
     """Another library's error message on one line, at most `limit` characters: for quoting
     it inside one of ours."""

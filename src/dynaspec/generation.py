@@ -3,26 +3,33 @@ caller's arguments (transformers' names) and hands them to the loop in `dynaspec
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dynaspec.backends import as_adapter
-from dynaspec.core.config import DEFAULT_SCHEDULE, LimitsConfig, SamplingConfig, SpecConfig
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
+from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.settings import GenerationKwargs, resolve_settings
 from dynaspec.core.validation import (
+    check_attention_mask,
     check_lengths,
     check_pair,
     check_prompt,
     check_token_ids,
-    eos_ids,
 )
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import make_policy
 
-__all__ = ["GenerateOutput", "generate"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["GenerateOutput", "GenerationKwargs", "generate"]
 
 
 def generate(
@@ -30,54 +37,71 @@ def generate(
     draft: Any,
     input_ids: torch.Tensor,
     *,
-    max_new_tokens: int = 128,
     num_assistant_tokens: int = 20,
     assistant_confidence_threshold: float = 0.4,
     num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     seed: int | None = None,
-    eos_token_id: int | list[int] | None = None,
     streamer: Any = None,
     policy: LookaheadPolicy | None = None,
+    generation_config: Any = None,
+    logits_processor: Sequence[Any] | None = None,
+    stopping_criteria: Sequence[Any] | None = None,
+    tokenizer: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Unpack[GenerationKwargs],
 ) -> GenerateOutput:
-    """Generates up to `max_new_tokens` tokens with `target`, drafted by `draft`.
+    """Generates up to `max_new_tokens` tokens (default 128) with `target`, drafted by `draft`.
 
-    The output is exactly the target's own: greedy output equals
-    `target.generate(input_ids, do_sample=False, max_new_tokens=N)` token for token, and
-    sampled output follows the target's processed distribution (speculative sampling).
-    `draft=None` decodes with the target alone through the same code.
+    The output is exactly the target's own: greedy output equals `target.generate(input_ids,
+    ...)` with the same settings token for token, and sampled output follows the target's
+    processed distribution (speculative sampling). `draft=None` decodes with the target alone
+    through the same code.
 
+    `kwargs` are transformers' generation keywords with transformers' meaning (listed in
+    `GenerationKwargs`: max_new_tokens, do_sample, temperature, top_k, top_p, min_p,
+    repetition_penalty, no_repeat_ngram_size, stop_strings, max_time, output_scores, ...).
+    The target's generation_config applies where the call is silent (see core/settings.py);
+    `generation_config=` replaces it (`GenerationConfig()`: a clean slate). `logits_processor`
+    and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
     Parameter names follow transformers' assisted generation. The default schedule is
     "adaptive" (cost-aware: it drafts only while its measured costs say drafting pays);
     "dynamic" is the published confidence rule, transformers' default. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
     """
+    started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(
         num_assistant_tokens=num_assistant_tokens,
         assistant_confidence_threshold=assistant_confidence_threshold,
         num_assistant_tokens_schedule=num_assistant_tokens_schedule,
     )
-    sampling = SamplingConfig(
-        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-    )
-    limits = LimitsConfig(
-        max_new_tokens=max_new_tokens, eos_token_ids=eos_ids(eos_token_id, target)
-    )
     prompt = check_prompt(input_ids)
+    check_attention_mask(attention_mask, prompt)
     target_adapter = as_adapter(target)
     draft_adapter = as_adapter(draft) if draft is not None else None
     check_pair(target_adapter, draft_adapter)
     check_token_ids(prompt, target_adapter.vocab_size)
+    input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
+    settings = resolve_settings(kwargs, target, generation_config, input_length, seed)
+    limits = settings.limits
     models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
     check_lengths(models, prompt.shape[1], limits.max_new_tokens)
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
-    sampler = TokenSampler(sampling, device=prompt.device)
+    # Processors run where the target's logits and the committed tokens live.
+    on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
+    processors = full_processor_list(
+        settings.sampling, settings.processors, logits_processor, on_target, input_length, limits
+    )
+    sampler = TokenSampler(settings.sampling, device=on_target.device, processors=processors)
+    criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
+    emission = Emission.needed(criteria, settings.outputs)
     with torch.inference_mode():
         drafter = ModelDrafter(draft_adapter) if draft_adapter is not None else None
-        return decode(target_adapter, drafter, prompt, policy, sampler, limits, streamer)
+        output = decode(
+            target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
+        )
+    output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
+    output.stats.do_sample = settings.sampling.do_sample
+    return output

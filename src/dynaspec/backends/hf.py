@@ -35,6 +35,32 @@ def _config_int(config: Any, *names: str) -> int | None:
     return None
 
 
+def decoder_start_token_id(model: Any) -> int:
+    """The first decoder token of an encoder-decoder `model`: decoder_start_token_id, else
+    bos_token_id, of its generation config (as transformers does); UnsupportedModelError
+    when neither is a single token id."""
+    source = getattr(model, "generation_config", None) or model.config
+    candidates = (
+        getattr(source, "decoder_start_token_id", None),
+        getattr(source, "bos_token_id", None),
+    )
+    for start in candidates:
+        if isinstance(start, (list, tuple)) and len(start) == 1:
+            start = start[0]
+        if isinstance(start, int):
+            return start
+        if start is not None:
+            raise UnsupportedModelError(
+                f"decoder_start_token_id {start!r} is not a single token id; dynaspec "
+                "decodes one sequence: set model.generation_config.decoder_start_token_id "
+                "to an int"
+            )
+    raise UnsupportedModelError(
+        f"the encoder-decoder {type(model).__name__} has no decoder_start_token_id "
+        "(nor bos_token_id); set model.generation_config.decoder_start_token_id"
+    )
+
+
 class HFAdapter:
     """Adapter for a transformers PreTrainedModel, decoder-only or encoder-decoder.
 
@@ -70,7 +96,7 @@ class HFAdapter:
         input_ids = input_ids.to(self.device)
         if not self.is_encoder_decoder:
             return input_ids[0]
-        start = self._decoder_start_token_id()
+        start = decoder_start_token_id(self.model)
         # As transformers' generate() does for one unpadded sequence: every prompt token is
         # attended, the encoder runs once, and its output and mask go into every decoder
         # forward (the mask becomes the cross-attention mask).
@@ -83,29 +109,6 @@ class HFAdapter:
             "attention_mask": attention_mask,
         }
         return torch.tensor([start], dtype=torch.long, device=self.device)
-
-    def _decoder_start_token_id(self) -> int:
-        """decoder_start_token_id, else bos_token_id, of the generation config (as HF does)."""
-        source = getattr(self.model, "generation_config", None) or self.model.config
-        candidates = (
-            getattr(source, "decoder_start_token_id", None),
-            getattr(source, "bos_token_id", None),
-        )
-        for start in candidates:
-            if isinstance(start, (list, tuple)) and len(start) == 1:
-                start = start[0]
-            if isinstance(start, int):
-                return start
-            if start is not None:
-                raise UnsupportedModelError(
-                    f"decoder_start_token_id {start!r} is not a single token id; dynaspec "
-                    "decodes one sequence: set model.generation_config.decoder_start_token_id "
-                    "to an int"
-                )
-        raise UnsupportedModelError(
-            f"the encoder-decoder {type(self.model).__name__} has no decoder_start_token_id "
-            "(nor bos_token_id); set model.generation_config.decoder_start_token_id"
-        )
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}

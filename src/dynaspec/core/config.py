@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dynaspec.errors import ConfigError
 
@@ -56,6 +57,11 @@ class SamplingConfig:
     top_k: int | None = None  # keep the k most likely tokens (None or 0: keep all)
     top_p: float | None = None  # keep the smallest set with cumulative prob >= top_p
     seed: int | None = None  # seeds the sampling generator; None: nondeterministic
+    min_p: float | None = None  # drop tokens below min_p x the top token's probability
+    typical_p: float | None = None  # locally typical sampling: keep this much typical mass
+    epsilon_cutoff: float | None = None  # drop tokens below this probability (0: off)
+    eta_cutoff: float | None = None  # eta sampling: entropy-dependent cutoff (0: off)
+    top_h: float | None = None  # keep tokens within this share of the entropy (top-H)
 
     def __post_init__(self) -> None:
         if self.do_sample and not self.temperature > 0.0:
@@ -67,6 +73,10 @@ class SamplingConfig:
             raise ConfigError(f"top_k must be >= 0 (0 or None keeps all), got {self.top_k}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}")
+        for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name} must lie in [0, 1], got {value}")
 
 
 @dataclass(frozen=True)
@@ -75,9 +85,46 @@ class LimitsConfig:
 
     max_new_tokens: int = 128  # never emit more new tokens than this
     eos_token_ids: tuple[int, ...] = ()  # stop after emitting any of these (it is kept)
+    max_time: float | None = None  # seconds; stop at the first token emitted after that
+    stop_strings: tuple[str, ...] = ()  # stop after the token that completes one of these
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
             raise ConfigError(f"max_new_tokens must be an int, got {self.max_new_tokens!r}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_time is not None and not self.max_time > 0:
+            raise ConfigError(f"max_time must be > 0 seconds, got {self.max_time}")
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """transformers' logits processors, by their generate() names and with their meaning.
+
+    None (or the neutral value) leaves a processor out. Values are handed to transformers'
+    own classes as given; an invalid one raises ConfigError naming the keyword.
+    """
+
+    repetition_penalty: float | None = None  # > 1 discourages tokens already in the sequence
+    encoder_repetition_penalty: float | None = None  # > 1 favours tokens of the prompt
+    no_repeat_ngram_size: int | None = None  # no n-gram of this size occurs twice
+    encoder_no_repeat_ngram_size: int | None = None  # no n-gram of the prompt is repeated
+    bad_words_ids: Any = None  # list of token-id lists that are never generated
+    sequence_bias: Any = None  # [[token ids, bias], ...] added when the sequence completes
+    min_length: int | None = None  # EOS is suppressed before this total length
+    min_new_tokens: int | None = None  # EOS is suppressed before this many new tokens
+    suppress_tokens: Any = None  # token ids that are never generated
+    begin_suppress_tokens: Any = None  # token ids not generated as the first new token
+    forced_bos_token_id: int | None = None  # forced as the first generated token
+    forced_eos_token_id: Any = None  # forced (int or list) when max_length is reached
+    exponential_decay_length_penalty: Any = None  # (start index, decay factor) for EOS
+    remove_invalid_values: bool = False  # replace nan/inf scores (slower)
+    renormalize_logits: bool = False  # log-softmax the scores after every processor
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """What generate() returns beside the sequences."""
+
+    output_scores: bool = False  # .scores: one (1, V) processed-score row per new token
+    output_logits: bool = False  # .logits: one (1, V) raw-logit row per new token

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.config import LimitsConfig
+from dynaspec.core.processing import Emission
 from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter, Proposal, RoundResult
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats, RoundRecord
@@ -28,6 +29,8 @@ class GenerateOutput:
     sequences: torch.Tensor  # (1, T + new): prompt then new tokens (encoder-decoder: decoder
     #                          start token then new tokens), like transformers' generate
     stats: GenerationStats  # per-round records; .summary() for totals
+    scores: tuple[torch.Tensor, ...] | None = None  # output_scores: (1, V) processed per token
+    logits: tuple[torch.Tensor, ...] | None = None  # output_logits: (1, V) raw per token
 
 
 @dataclass
@@ -37,6 +40,8 @@ class _Round:
     new_tokens: torch.Tensor  # (num_accepted + 1,) accepted draft tokens + the target's token
     result: RoundResult
     stop_reason: str
+    scores: torch.Tensor  # (k + 1, V) the target's processed scores; row i chose new_tokens[i]
+    logits: torch.Tensor  # (k + 1, V) the target's raw logits
 
 
 def speculative_round(
@@ -66,16 +71,18 @@ def speculative_round(
     verify_input = torch.cat([tokens[target.num_cached :], draft_tokens])
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
     target_time = perf_counter() - start
+    # Row i processed with the committed tokens + draft_tokens[:i] as the prefix.
+    target_scores = sampler.process(target_logits, tokens, draft_tokens)  # (k + 1, V)
     if sampler.config.do_sample:
         num_accepted, next_token = speculative_sample(
             draft_tokens,
             proposal.probs if proposal.probs is not None else target_logits.new_empty(0),
-            sampler.probs(target_logits),
+            sampler.normalize(target_scores),
             lambda n: sampler.uniform(n, target_logits.device),
             sampler.sample,
         )
     else:
-        num_accepted, next_token = greedy_accept(draft_tokens, target_logits)
+        num_accepted, next_token = greedy_accept(draft_tokens, target_scores)
     result = RoundResult(
         num_drafted=draft_tokens.numel(),
         num_accepted=num_accepted,
@@ -87,7 +94,7 @@ def speculative_round(
         draft_catchup=proposal.catchup,
     )
     new_tokens = torch.cat([draft_tokens[:num_accepted], next_token.view(1)])
-    return _Round(new_tokens, result, stop_reason)
+    return _Round(new_tokens, result, stop_reason, target_scores, target_logits)
 
 
 def _cut(new_tokens: torch.Tensor, room: int, eos: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -110,8 +117,10 @@ def decode(
     sampler: TokenSampler,
     limits: LimitsConfig,
     streamer: Any = None,
+    emission: Emission | None = None,
 ) -> GenerateOutput:
-    """Runs rounds until max_new_tokens or EOS. Caches are cropped to committed - 1 each round."""
+    """Runs rounds until max_new_tokens, EOS or a stopping criterion of `emission` (which also
+    collects scores/logits). Caches are cropped to committed - 1 each round."""
     started = perf_counter()
     first = target.begin(prompt)  # (n0,) prompt, or decoder start token
     if drafter is not None:
@@ -132,6 +141,11 @@ def decode(
             target, drafter, tokens[:length], policy, sampler, room - 1, limits.eos_token_ids
         )
         new_tokens, done = _cut(step.new_tokens, room, eos)
+        if emission is not None:  # stopping criteria at each token; scores/logits to return
+            new_tokens, stopped = emission.emit(
+                tokens[:length], new_tokens, step.scores, step.logits
+            )
+            done = done or stopped
         tokens[length : length + new_tokens.numel()] = new_tokens
         length += new_tokens.numel()
         target.crop(length - 1)
@@ -160,4 +174,5 @@ def decode(
     if streamer is not None:
         streamer.end()
     stats.wall_time_s = perf_counter() - started
-    return GenerateOutput(tokens[:length][None], stats)
+    extras = emission.results() if emission is not None else (None, None)
+    return GenerateOutput(tokens[:length][None], stats, *extras)

@@ -1,52 +1,71 @@
-"""Logits -> processed probabilities, and picking a token from them.
+"""Logits -> processed scores and probabilities, and picking a token from them.
 
-The same processing (temperature, then top-k, then top-p, in transformers' order and with
-transformers' own warpers) is applied to draft and target, which speculative sampling
-requires for the output to follow the target's processed distribution exactly.
+The same processing (transformers' own logits processors and warpers, in transformers'
+order: see core/processing.py) is applied to draft and target, each row with the sequence
+of its own position, which speculative sampling requires for the output to follow the
+target's processed distribution exactly. With no processors the logits pass through as they
+are (the fast path of plain greedy decoding).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
-from transformers.generation.logits_process import (
-    LogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers.generation.logits_process import LogitsProcessor
 
 from dynaspec.core.config import SamplingConfig
+from dynaspec.core.processing import apply_processors, build_warpers
 
 
 class TokenSampler:
     """Turns logits into the distribution a token is drawn from, and draws it."""
 
-    def __init__(self, config: SamplingConfig, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        config: SamplingConfig,
+        device: torch.device | str = "cpu",
+        processors: Sequence[LogitsProcessor] | None = None,
+    ) -> None:
         self.config = config
+        # Every processor and warper in transformers' order (None: the config's warpers only).
         # Called directly, not through LogitsProcessorList (which inspects signatures per call).
-        self.warpers: list[LogitsProcessor] = []
-        if config.do_sample:
-            if config.temperature != 1.0:
-                self.warpers.append(TemperatureLogitsWarper(config.temperature))
-            if config.top_k:
-                self.warpers.append(TopKLogitsWarper(config.top_k))
-            if config.top_p is not None and config.top_p < 1.0:
-                self.warpers.append(TopPLogitsWarper(config.top_p))
+        self.processors = list(build_warpers(config) if processors is None else processors)
         self.generator: torch.Generator | None = None
         if config.do_sample and config.seed is not None:
             self.generator = torch.Generator(device=device).manual_seed(config.seed)
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """(n, V) logits -> (n, V) float32 probabilities after temperature/top-k/top-p."""
-        scores = logits.float()
-        for warper in self.warpers:
-            scores = warper(None, scores)  # warpers ignore input_ids
-        return torch.softmax(scores, dim=-1)
+    def process(
+        self,
+        logits: torch.Tensor,
+        tokens: torch.Tensor | None = None,
+        drafted: torch.Tensor | Sequence[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """(n, V) logits -> (n, V) processed scores; row i sees `tokens` (the committed
+        sequence) plus drafted[: len(drafted) - n + 1 + i] (see processing.apply_processors).
+        With no processors the logits come back unchanged."""
+        if not self.processors:
+            return logits
+        return apply_processors(self.processors, logits, tokens, drafted)
 
-    def pick(self, logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-        """One token (0-dim LongTensor) from a (V,) row: argmax of logits, or a sample."""
+    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+        """(n, V) processed scores -> (n, V) float32 probabilities."""
+        return torch.softmax(scores.float(), dim=-1)
+
+    def probs(
+        self,
+        logits: torch.Tensor,
+        tokens: torch.Tensor | None = None,
+        drafted: torch.Tensor | Sequence[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """(n, V) logits -> (n, V) float32 probabilities after every processor."""
+        return self.normalize(self.process(logits, tokens, drafted))
+
+    def pick(self, scores: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """One token (0-dim LongTensor) from a (V,) row: argmax of the processed scores (as
+        transformers' greedy decoding), or a sample from probs."""
         if not self.config.do_sample:
-            return logits.argmax(-1)
+            return scores.argmax(-1)
         return torch.multinomial(probs, 1, generator=self.generator)[0]
 
     def uniform(self, n: int, device: torch.device | str) -> torch.Tensor:

@@ -41,16 +41,21 @@ class Summary:
     target_time_s: float
     other_time_s: float
     overhead_per_round_s: float
+    processors: tuple[str, ...] = ()  # active logits processors, warpers, stopping criteria
+    do_sample: bool = False  # sampled (True) or greedy (False)
 
     def line(self) -> str:
         """One human-readable stats line."""
+        active = f" | {'sampling' if self.do_sample else 'greedy'}"
+        if self.processors:
+            active += f", processors: {', '.join(self.processors)}"
         return (
             f"{self.new_tokens} tokens in {self.wall_time_s:.2f}s ({self.tokens_per_s:.1f} tok/s)"
             f" | {self.rounds} rounds, {self.mean_accepted_per_round:.2f} accepted/round,"
             f" acceptance {self.acceptance_rate:.0%}"
             f" | forwards: target {self.target_forwards}, draft {self.draft_forwards}"
             f" | time: target {self.target_time_s:.2f}s, draft {self.draft_time_s:.2f}s,"
-            f" other {self.other_time_s:.3f}s"
+            f" other {self.other_time_s:.3f}s{active}"
         )
 
     def to_dict(self) -> dict:
@@ -64,6 +69,10 @@ class GenerationStats:
     prompt_tokens: int = 0
     rounds: list[RoundRecord] = field(default_factory=list)
     wall_time_s: float = 0.0  # the whole call, from validation to the last token
+    # transformers class names (suffix dropped) of the logits processors, warpers and stopping
+    # criteria active in the call, in the order they ran (EOS and length are always checked)
+    processors: tuple[str, ...] = ()
+    do_sample: bool = False  # whether tokens were sampled (else greedy)
 
     def summary(self) -> Summary:
         """Aggregates, with these definitions:
@@ -94,4 +103,6 @@ class GenerationStats:
             target_time_s=sum(r.target_time_s for r in self.rounds),
             other_time_s=sum(other),
             overhead_per_round_s=statistics.median(other) if other else 0.0,
+            processors=self.processors,
+            do_sample=self.do_sample,
         )

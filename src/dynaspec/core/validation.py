@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.protocols import ModelAdapter
-from dynaspec.errors import IncompatibleModelsError, InputError
+from dynaspec.errors import IncompatibleModelsError, InputError, UnsupportedOptionError
 
 
 def check_prompt(input_ids: Any) -> torch.Tensor:
@@ -116,3 +116,23 @@ def eos_ids(eos_token_id: int | list[int] | None, model: Any) -> tuple[int, ...]
     if isinstance(eos_token_id, int):
         return (eos_token_id,)
     return tuple(int(t) for t in eos_token_id)
+
+
+def check_attention_mask(attention_mask: Any, input_ids: torch.Tensor) -> None:
+    """Accepts None or an all-ones mask of the prompt's shape; refuses padding."""
+    if attention_mask is None:
+        return
+    mask = torch.as_tensor(attention_mask)
+    if mask.dim() == 1:
+        mask = mask.unsqueeze(0)
+    if tuple(mask.shape) != tuple(input_ids.shape):
+        raise InputError(
+            f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(input_ids.shape)}"
+            ": pass the mask the tokenizer returned with these input_ids"
+        )
+    if not bool((mask == 1).all()):
+        raise UnsupportedOptionError(
+            "attention_mask masks padding, but dynaspec decodes one unpadded sequence: drop "
+            "the padded positions (input_ids[:, attention_mask[0].bool()]) or tokenize the "
+            "prompt alone, without padding"
+        )

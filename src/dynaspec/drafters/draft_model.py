@@ -46,8 +46,10 @@ class ModelDrafter:
             start = perf_counter()
             logits = self.model.forward(pending, 1)[0]  # (V,)
             draft_time += perf_counter() - start
-            probs = sampler.probs(logits[None])[0]  # (V,)
-            token = sampler.pick(logits, probs)
+            # Processed with the committed tokens + this round's drafts as the prefix.
+            scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
+            probs = sampler.normalize(scores[None])[0]  # (V,)
+            token = sampler.pick(scores, probs)
             drafted.append(token)
             if sampler.config.do_sample:  # only speculative sampling needs the rows
                 rows.append(probs)

@@ -3,10 +3,14 @@ benchmark and oracle result."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
 import platform
+import shlex
 import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +74,45 @@ def git_state() -> dict[str, Any]:
     sha = git("rev-parse", "HEAD")
     status = git("status", "--porcelain") if sha else None
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def command_line(argv: Sequence[str] | None = None) -> str | None:
+    """The command that started this process (`sys.argv` by default) when it is `dynaspec`
+    or a dynaspec module run with `python -m`; None for anything else (pytest, a script)."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return None
+    if Path(argv[0]).name == "dynaspec":
+        return shlex.join(["dynaspec", *argv[1:]])
+    package = Path(__file__).resolve().parents[1]  # src/dynaspec
+    try:
+        parts = Path(argv[0]).resolve().with_suffix("").relative_to(package.parent).parts
+    except ValueError:
+        return None
+    module = ".".join(parts).removesuffix(".__main__")
+    return shlex.join(["python", "-m", module, *argv[1:]])
+
+
+def equivalent_command(
+    subcommand: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    args: argparse.Namespace,
+) -> str:
+    """`dynaspec SUBCOMMAND ...` with the options of `args` that differ from their defaults
+    (for a run started from Python, whose process command line says nothing about it);
+    `add_arguments` adds the subcommand's options to a parser."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    words = ["dynaspec", subcommand]
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)

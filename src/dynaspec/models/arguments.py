@@ -68,6 +68,6 @@ def pair_name(text: str) -> str:
     if name not in known:
         raise argparse.ArgumentTypeError(
             f"unknown pair {text!r}: choose one of {', '.join(known)} ({TINY_PAIR}: built-in "
-            "random models, nothing to download), or give --target and --draft"
+            "random models, nothing to download)"
         )
     return name

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from dynaspec.core.validation import eos_ids
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
@@ -23,8 +24,16 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models import cache as model_cache
-from dynaspec.models.dtype import AUTO, choose_dtype, machine_dtype
+from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
+    AUTO,
+    DEFAULT_DTYPE,
+    DTYPE_CHOICES,
+    DtypeChoice,
+    choose_dtype,
+    machine_dtype,
+)
 from dynaspec.models.presets import (
+    DEFAULT_PAIR,
     ModelPreset,
     default_pair_name,
     find_model_preset,
@@ -37,6 +46,8 @@ from dynaspec.models.quiet import no_progress_bars
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from dynaspec.models.tiny import TinyPairConfig
 
 DTypeArg = str | torch.dtype | None
 CacheDirArg = str | os.PathLike[str] | None
@@ -131,7 +142,7 @@ def _load_cached_folder(
 def load_preset(
     preset: ModelPreset,
     *,
-    dtype: DTypeArg = None,
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
@@ -146,7 +157,7 @@ def load_preset(
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
-    dtype: DTypeArg = None,
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -266,7 +277,7 @@ def _logit_width(model: PreTrainedModel) -> int:
 def load_pair(
     name: str | None = None,
     *,
-    dtype: DTypeArg = None,
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
 ) -> ModelPair:
@@ -345,3 +356,62 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         lines.append("to install:")
         lines.extend(missing_lines)
     return "\n".join(lines)
+
+
+def load_models(
+    pair: str | None = None,
+    *,
+    target: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | None = None,
+    dtype: str | None = None,
+    threads: int | None = None,
+    tiny: TinyPairConfig | None = None,
+) -> tuple[PreTrainedModel, PreTrainedModel | None, PreTrainedTokenizerBase]:
+    """(target, draft, tokenizer): what `dynaspec generate`, `bench` and `oracle` decode with.
+
+    target: a model (see load_model) decoded with `draft`, or alone when `draft` is None;
+    `pair` is then ignored. Otherwise `pair` names a pair preset (default DEFAULT_PAIR), or
+    "tiny": the built-in random pair (dynaspec.models.tiny, shaped by `tiny`).
+    dtype: one of DTYPE_CHOICES; None gives DEFAULT_DTYPE (the machine's), or float32 for
+    the tiny pair (see dtype_choice()).
+    threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
+    models are all per-op overhead: one thread is fastest).
+    """
+    if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
+        from dynaspec.models.tiny import tiny_pair
+
+        set_threads(threads or 1)
+        target_model, draft_model, tokenizer = tiny_pair(tiny)
+        if dtype is not None:
+            torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
+            target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
+        return target_model, draft_model, tokenizer
+    if target is None:
+        loaded = load_pair(pair, dtype=dtype, threads=threads)
+        return loaded.target, loaded.draft, loaded.tokenizer
+    target_model, tokenizer = load_model(target, dtype=dtype, threads=threads)
+    draft_model = None
+    if draft is not None:
+        draft_model, _ = load_model(draft, dtype=dtype, threads=threads)
+    return target_model, draft_model, tokenizer
+
+
+def dtype_choice(dtype: str | None, *, pair: str | None = None) -> DtypeChoice:
+    """The dtype load_models(pair, dtype=dtype) loads in, and why, without loading anything.
+
+    For "auto" the dtype is that of a GGUF preset (float32); a folder's own may differ.
+    """
+    if dtype is None and (pair or "").strip().lower() == "tiny":
+        return DtypeChoice(torch.float32, "the built-in tiny pair is float32")
+    choice = choose_dtype(dtype)
+    return DtypeChoice(torch.float32, choice.reason) if choice.dtype == AUTO else choice
+
+
+def dtype_name(dtype: str | None, *, pair: str | None = None) -> str:
+    """The dtype load_models(pair, dtype=dtype) gives, by name, without loading anything."""
+    return dtype_choice(dtype, pair=pair).name
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The ids that end generation: the model's generation config's, else the tokenizer's."""
+    return eos_ids(None, model) or eos_ids(getattr(tokenizer, "eos_token_id", None), None)

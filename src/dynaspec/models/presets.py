@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from dynaspec.errors import ConfigError
 
+DEFAULT_PAIR = "qwen2.5-coder"  # the pair used when none is named (CLI, bench, oracle, load_pair)
+
 
 @dataclass(frozen=True)
 class GgufSlice:
@@ -194,7 +196,7 @@ def pair_presets() -> dict[str, PairPreset]:
 
 def default_pair_name() -> str:
     """Name of the pair load_pair() uses when none is given."""
-    return "qwen2.5-coder"
+    return DEFAULT_PAIR
 
 
 def find_model_preset(name: str) -> ModelPreset | None:

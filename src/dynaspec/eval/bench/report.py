@@ -25,12 +25,21 @@ import os
 import statistics
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-BASELINE = "target"
-ALL_TASKS_ROW = "all"
+from dynaspec.eval.bench.aggregate import (
+    ALL_TASKS_ROW,
+    median_of_ratios,
+    methods_of,
+    mismatch_counts,
+    pooled_accepted_per_round,
+    tasks_of,
+)
+from dynaspec.eval.bench.methods import BASELINE
+from dynaspec.eval.bench.plots import ACCEPTED_PLOT, SPEEDUP_PLOT, plot_accepted, plot_speedups
+
 # (method, column header) of the speedup columns, in table order
 SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("heuristic", "heuristic"),
@@ -55,98 +64,12 @@ TABLE_HEADERS: tuple[str, ...] = (
     RELATIVE_HEADER,
     MISMATCH_HEADER,
 )
-METHOD_ORDER = (
-    "target",
-    "constant",
-    "heuristic",
-    "dynamic",
-    "adaptive",
-    "adaptive-warm",
-    "oracle",
-    "hf-target",
-    "hf-heuristic",
-    "hf-dynamic",
-)
-SPEEDUP_PLOT = "speedup.png"
-ACCEPTED_PLOT = "accepted_per_round.png"
 
 
 def load_records(jsonl_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of a results.jsonl (blank lines skipped)."""
     with open(jsonl_path, encoding="utf-8") as file:
         return [json.loads(line) for line in file if line.strip()]
-
-
-def per_prompt_ratios(
-    records: Iterable[Mapping[str, Any]],
-    numerator: str,
-    denominator: str,
-    value: str = "wall_time_s",
-) -> dict[str, list[float]]:
-    """task -> [record(numerator)[value] / record(denominator)[value] per prompt].
-
-    Records are paired by (task, prompt_id); prompts lacking either method, or with a zero
-    or missing value, are left out.
-    """
-    by_prompt: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for record in records:
-        amount = record.get(value)
-        if isinstance(amount, (int, float)) and amount > 0:
-            by_prompt[(record["task"], str(record["prompt_id"]))][record["method"]] = amount
-    ratios: dict[str, list[float]] = defaultdict(list)
-    for (task, _), values in by_prompt.items():
-        if numerator in values and denominator in values:
-            ratios[task].append(values[numerator] / values[denominator])
-    return dict(ratios)
-
-
-def median_of_ratios(
-    records: Iterable[Mapping[str, Any]],
-    numerator: str,
-    denominator: str,
-    value: str = "wall_time_s",
-    *,
-    all_tasks: bool = True,
-) -> dict[str, float]:
-    """task -> median over prompts of the per-prompt ratio (see per_prompt_ratios).
-
-    With `all_tasks`, the key "all" holds the median over every prompt of every task.
-    Speedup over the target alone: median_of_ratios(records, "target", method).
-    """
-    ratios = per_prompt_ratios(records, numerator, denominator, value)
-    medians = {task: statistics.median(values) for task, values in ratios.items() if values}
-    pooled = [ratio for values in ratios.values() for ratio in values]
-    if all_tasks and pooled:
-        medians[ALL_TASKS_ROW] = statistics.median(pooled)
-    return medians
-
-
-def pooled_accepted_per_round(
-    records: Iterable[Mapping[str, Any]], method: str
-) -> dict[str, float]:
-    """task (and "all") -> sum of accepted drafted tokens / sum of rounds of `method`."""
-    accepted: Counter[str] = Counter()
-    rounds: Counter[str] = Counter()
-    for record in records:
-        per_round = record.get("accepted_per_round") or []
-        if record["method"] != method or not per_round:
-            continue
-        for task in (record["task"], ALL_TASKS_ROW):
-            accepted[task] += sum(per_round)
-            rounds[task] += len(per_round)
-    return {task: accepted[task] / rounds[task] for task in rounds if rounds[task]}
-
-
-def mismatch_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Counter[str]]:
-    """task (and "all") -> Counter of mismatch kinds ("tie", "BUG") over every method."""
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for record in records:
-        for task in (record["task"], ALL_TASKS_ROW):
-            counts[task]["records"] += 1
-            if not record.get("matches_target", True):
-                kind = (record.get("mismatch") or {}).get("kind") or "BUG"
-                counts[task][kind] += 1
-    return dict(counts)
 
 
 def format_mismatches(counts: Counter[str] | None) -> str:
@@ -166,21 +89,11 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _tasks(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(record["task"] for record in records))
-
-
-def _methods(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    present = set(record["method"] for record in records)
-    ordered = [name for name in METHOD_ORDER if name in present]
-    return ordered + sorted(present - set(ordered))
-
-
 def speedup_table(records: Sequence[Mapping[str, Any]]) -> str:
     """The main table: one row per task (and "all" when there are several)."""
     run = records[0].get("run", {}) if records else {}
     target_name, draft_name = run.get("target", "?"), run.get("draft", "?")
-    tasks = _tasks(records)
+    tasks = tasks_of(records)
     rows = tasks + ([ALL_TASKS_ROW] if len(tasks) > 1 else [])
     speedups = {
         method: median_of_ratios(records, BASELINE, method) for method, _ in SPEEDUP_COLUMNS
@@ -215,7 +128,7 @@ def method_table(records: Sequence[Mapping[str, Any]]) -> str:
         "draft fwd/prompt", "target fwd/prompt", "mismatches",
     )  # fmt: skip
     lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
-    for method in _methods(records):
+    for method in methods_of(records):
         rows = [r for r in records if r["method"] == method]
         speedup = median_of_ratios(records, BASELINE, method).get(ALL_TASKS_ROW)
         rates = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
@@ -302,87 +215,6 @@ def render_markdown(records: Sequence[Mapping[str, Any]], plots: Sequence[str] =
     if plots:
         lines += [""] + [f"![{Path(plot).stem}]({Path(plot).name})" for plot in plots]
     return "\n".join(lines) + "\n"
-
-
-def plot_speedups(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Grouped bars: speedup over the target alone per task (x) and method (bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = _tasks(records)
-    rows = tasks + ([ALL_TASKS_ROW] if len(tasks) > 1 else [])
-    methods = [m for m in _methods(records) if m != BASELINE]
-    speedups = {method: median_of_ratios(records, BASELINE, method) for method in methods}
-    width = 0.8 / max(len(methods), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 0.5 * len(methods)), 4.5))
-    for index, method in enumerate(methods):
-        xs = [row + (index - (len(methods) - 1) / 2) * width for row in range(len(rows))]
-        ys = [speedups[method].get(task, 0.0) for task in rows]
-        ax.bar(xs, ys, width, label=method)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(range(len(rows)), rows)
-    ax.set_ylabel("speedup over target alone (median)")
-    run = records[0].get("run", {})
-    ax.set_title(f"{run.get('pair', '')}: speedup per task and method")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_accepted(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Histograms (one panel per speculative method) of drafted tokens accepted per round.
-
-    Only rounds that drafted something count; the share of rounds that drafted nothing
-    (the adaptive policy's plain target steps) is given in the panel title.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series: dict[str, list[int]] = {}
-    undrafted: dict[str, float] = {}
-    for method in _methods(records):
-        pairs = [
-            (drafted, accepted)
-            for record in records
-            if record["method"] == method
-            for drafted, accepted in zip(
-                record.get("drafted_per_round") or [],
-                record.get("accepted_per_round") or [],
-                strict=False,
-            )
-        ]
-        values = [accepted for drafted, accepted in pairs if drafted]
-        if values:
-            series[method] = values
-            undrafted[method] = 1 - len(values) / len(pairs)
-    if not series:
-        series = {"(no speculative rounds)": [0]}
-    columns = min(4, len(series))
-    rows = -(-len(series) // columns)
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False, sharex=True
-    )
-    top = max(max(values) for values in series.values())
-    bins = [value - 0.5 for value in range(top + 2)]
-    for ax, (method, values) in zip(axes.flat, series.items(), strict=False):
-        weights = [1 / len(values)] * len(values)
-        ax.hist(values, bins=bins, weights=weights, color="tab:blue")
-        title = f"{method}: mean {sum(values) / len(values):.2f}"
-        if undrafted.get(method):
-            title += f", {undrafted[method]:.0%} rounds undrafted"
-        ax.set_title(title, fontsize=8)
-        ax.set_xlabel("accepted per round", fontsize=8)
-        ax.set_ylabel("fraction of rounds", fontsize=8)
-    for ax in list(axes.flat)[len(series) :]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def render_report(jsonl_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> str:

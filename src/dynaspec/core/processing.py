@@ -1,0 +1,419 @@
+"""transformers' logits processors, warpers and stopping criteria, applied position by position.
+
+The lists are built from transformers' own classes, in the order and under the conditions of
+transformers' `generate()` (5.x, `GenerationMixin._get_logits_processor`): the processors,
+then the caller's `logits_processor` objects (one of a type already built replaces it in
+place, as in transformers), then, when sampling, the warpers (temperature, top-h, top-k,
+top-p, min-p, typical, epsilon, eta), then `LogitNormalization`.
+
+A processor depends on the sequence so far, so a row of logits is processed with the prefix
+of its own position: row i of the target's (k + 1, V) verification logits sees the committed
+tokens plus the first i drafted tokens, and the draft's proposal of token i sees the same
+prefix. That is what transformers' assisted generation does, and what makes greedy output
+equal `target.generate(...)` and speculative sampling compare the two processed
+distributions. Stopping criteria are checked at every emitted token, as if the tokens had
+come one at a time, so generation ends exactly where they trigger, even inside an accepted
+draft.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers.generation import logits_process as lp
+from transformers.generation.stopping_criteria import (
+    MaxTimeCriteria,
+    StoppingCriteria,
+    StopStringCriteria,
+)
+
+from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
+from dynaspec.errors import ConfigError, UnsupportedOptionError
+
+# Processors that look at the scores only (not input_ids): one call serves every row.
+ROW_INDEPENDENT = (
+    lp.TemperatureLogitsWarper,
+    lp.TopKLogitsWarper,
+    lp.TopPLogitsWarper,
+    lp.TopHLogitsWarper,
+    lp.MinPLogitsWarper,
+    lp.TypicalLogitsWarper,
+    lp.EpsilonLogitsWarper,
+    lp.EtaLogitsWarper,
+    lp.SuppressTokensLogitsProcessor,
+    lp.InfNanRemoveLogitsProcessor,
+    lp.LogitNormalization,
+)
+
+# Processors that run a model themselves or keep state across calls: a draft's proposal and
+# a rolled-back verification would see them out of step.
+REFUSED = {
+    lp.ClassifierFreeGuidanceLogitsProcessor: "classifier-free guidance runs the model itself",
+    lp.UnbatchedClassifierFreeGuidanceLogitsProcessor: "classifier-free guidance runs the model",
+    lp.WatermarkLogitsProcessor: "watermarking keeps state across calls",
+    lp.SynthIDTextWatermarkLogitsProcessor: "watermarking keeps state across calls",
+}
+
+
+def _make(keyword: str, value: Any, factory: Any, *args: Any, **kwargs: Any) -> Any:
+    """factory(*args, **kwargs); transformers' ValueError becomes a ConfigError naming `keyword`."""
+    try:
+        return factory(*args, **kwargs)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{keyword}={value!r} is invalid: {err}") from err
+
+
+def build_warpers(sampling: SamplingConfig) -> list[Any]:
+    """The sampling warpers, in transformers' order and conditions (none when greedy)."""
+    if not sampling.do_sample:
+        return []
+    warpers: list[Any] = []
+    s = sampling
+    if s.temperature is not None and s.temperature != 1.0:
+        warpers.append(
+            _make("temperature", s.temperature, lp.TemperatureLogitsWarper, s.temperature)
+        )
+    if s.top_h is not None:
+        warpers.append(_make("top_h", s.top_h, lp.TopHLogitsWarper, top_h=s.top_h))
+    if s.top_k is not None and s.top_k != 0:
+        warpers.append(_make("top_k", s.top_k, lp.TopKLogitsWarper, top_k=s.top_k))
+    if s.top_p is not None and s.top_p < 1.0:
+        warpers.append(_make("top_p", s.top_p, lp.TopPLogitsWarper, top_p=s.top_p))
+    if s.min_p is not None:
+        warpers.append(_make("min_p", s.min_p, lp.MinPLogitsWarper, min_p=s.min_p))
+    if s.typical_p is not None and s.typical_p < 1.0:
+        warpers.append(_make("typical_p", s.typical_p, lp.TypicalLogitsWarper, mass=s.typical_p))
+    if s.epsilon_cutoff is not None and 0.0 < s.epsilon_cutoff < 1.0:
+        eps = s.epsilon_cutoff
+        warpers.append(_make("epsilon_cutoff", eps, lp.EpsilonLogitsWarper, epsilon=eps))
+    if s.eta_cutoff is not None and 0.0 < s.eta_cutoff < 1.0:
+        warpers.append(_make("eta_cutoff", s.eta_cutoff, lp.EtaLogitsWarper, epsilon=s.eta_cutoff))
+    return warpers
+
+
+def build_processors(
+    config: ProcessorConfig,
+    prompt: torch.Tensor,
+    input_length: int,
+    max_new_tokens: int,
+    eos_token_ids: tuple[int, ...],
+) -> list[Any]:
+    """The logits processors of `config`, in transformers' order and conditions.
+
+    prompt: (1, T) the encoder's input (decoder-only: the prompt), for the encoder_* ones;
+    input_length: tokens the decoder starts from, against which lengths count.
+    """
+    device = prompt.device
+    eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
+    return _penalties(config, prompt, eos) + _length_and_forced(
+        config, input_length, input_length + max_new_tokens, eos, device
+    )
+
+
+def _add(
+    built: list[Any], c: ProcessorConfig, keyword: str, factory: Any, *args: Any, **kw: Any
+) -> None:
+    """Appends factory(*args, **kw); an invalid value raises ConfigError naming `keyword`."""
+    built.append(_make(keyword, getattr(c, keyword), factory, *args, **kw))
+
+
+def _penalties(c: ProcessorConfig, prompt: torch.Tensor, eos: torch.Tensor | None) -> list[Any]:
+    """transformers' first processors: sequence bias, repetition, n-grams, bad words."""
+    built: list[Any] = []
+    if c.sequence_bias is not None:
+        _add(built, c, "sequence_bias", lp.SequenceBiasLogitsProcessor, c.sequence_bias)
+    if c.encoder_repetition_penalty is not None and c.encoder_repetition_penalty != 1.0:
+        _add(
+            built,
+            c,
+            "encoder_repetition_penalty",
+            lp.EncoderRepetitionPenaltyLogitsProcessor,
+            penalty=c.encoder_repetition_penalty,
+            encoder_input_ids=prompt,
+        )
+    if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
+        _add(
+            built,
+            c,
+            "repetition_penalty",
+            lp.RepetitionPenaltyLogitsProcessor,
+            c.repetition_penalty,
+        )
+    if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
+        _add(
+            built,
+            c,
+            "no_repeat_ngram_size",
+            lp.NoRepeatNGramLogitsProcessor,
+            c.no_repeat_ngram_size,
+        )
+    if c.encoder_no_repeat_ngram_size is not None and c.encoder_no_repeat_ngram_size > 0:
+        _add(
+            built,
+            c,
+            "encoder_no_repeat_ngram_size",
+            lp.EncoderNoRepeatNGramLogitsProcessor,
+            c.encoder_no_repeat_ngram_size,
+            prompt,
+        )
+    if c.bad_words_ids is not None:
+        _add(built, c, "bad_words_ids", lp.NoBadWordsLogitsProcessor, c.bad_words_ids, eos)
+    return built
+
+
+def _length_and_forced(
+    c: ProcessorConfig,
+    input_length: int,
+    max_length: int,
+    eos: torch.Tensor | None,
+    device: torch.device,
+) -> list[Any]:
+    """transformers' next processors: minimum lengths, forced BOS and EOS, then the rest."""
+    built: list[Any] = []
+    # transformers turns min_new_tokens into min_length (input + min_new_tokens), keeps both.
+    min_length = c.min_length if c.min_new_tokens is None else input_length + c.min_new_tokens
+    if min_length is not None and eos is not None and min_length > 0:
+        built.append(
+            _make(
+                "min_length",
+                min_length,
+                lp.MinLengthLogitsProcessor,
+                min_length,
+                eos,
+                device=device,
+            )
+        )
+    if c.min_new_tokens is not None and eos is not None and c.min_new_tokens > 0:
+        _add(
+            built,
+            c,
+            "min_new_tokens",
+            lp.MinNewTokensLengthLogitsProcessor,
+            input_length,
+            c.min_new_tokens,
+            eos,
+            device=device,
+        )
+    if c.forced_bos_token_id is not None:
+        _add(
+            built, c, "forced_bos_token_id", lp.ForcedBOSTokenLogitsProcessor, c.forced_bos_token_id
+        )
+    if c.forced_eos_token_id is not None:
+        _add(
+            built,
+            c,
+            "forced_eos_token_id",
+            lp.ForcedEOSTokenLogitsProcessor,
+            max_length,
+            c.forced_eos_token_id,
+            device=device,
+        )
+    return built + _removals(c, input_length, eos, device)
+
+
+def _removals(
+    c: ProcessorConfig, input_length: int, eos: torch.Tensor | None, device: torch.device
+) -> list[Any]:
+    """transformers' last processors: invalid values, the EOS length penalty, suppressed
+    tokens (always, and as the first new token)."""
+    built: list[Any] = []
+    if c.remove_invalid_values:
+        built.append(lp.InfNanRemoveLogitsProcessor())
+    if c.exponential_decay_length_penalty is not None:
+        _add(
+            built,
+            c,
+            "exponential_decay_length_penalty",
+            lp.ExponentialDecayLengthPenalty,
+            c.exponential_decay_length_penalty,
+            eos,
+            input_length,
+        )
+    if c.suppress_tokens is not None:
+        _add(
+            built,
+            c,
+            "suppress_tokens",
+            lp.SuppressTokensLogitsProcessor,
+            c.suppress_tokens,
+            device=device,
+        )
+    if c.begin_suppress_tokens is not None:
+        begin = input_length
+        if input_length <= 1 and c.forced_bos_token_id is not None:
+            begin += 1
+        _add(
+            built,
+            c,
+            "begin_suppress_tokens",
+            lp.SuppressTokensAtBeginLogitsProcessor,
+            c.begin_suppress_tokens,
+            begin,
+            device=device,
+        )
+    return built
+
+
+def merge_custom(defaults: list[Any], custom: Sequence[Any] | None) -> list[Any]:
+    """transformers' merge: a custom object of a type already built replaces it in place;
+    the other custom objects follow the built ones."""
+    custom = list(custom or [])
+    for processor in custom:
+        reason = REFUSED.get(type(processor))
+        if reason is not None:
+            raise UnsupportedOptionError(
+                f"{type(processor).__name__} cannot be used with speculative decoding: "
+                f"{reason}; use target.generate(...) for it"
+            )
+    merged = []
+    for default in defaults:
+        same = [p for p in custom if type(p) is type(default)]
+        merged.append(same[0] if same else default)
+    merged += [p for p in custom if p not in merged]
+    return merged
+
+
+def full_processor_list(
+    sampling: SamplingConfig,
+    config: ProcessorConfig,
+    custom: Sequence[Any] | None,
+    prompt: torch.Tensor,
+    input_length: int,
+    limits: LimitsConfig,
+) -> list[Any]:
+    """Processors, the caller's objects, warpers, then LogitNormalization: transformers' order."""
+    processors = build_processors(
+        config, prompt, input_length, limits.max_new_tokens, limits.eos_token_ids
+    )
+    processors = merge_custom(processors, custom) + build_warpers(sampling)
+    if config.renormalize_logits:
+        processors.append(lp.LogitNormalization())
+    return processors
+
+
+def apply_processors(
+    processors: Sequence[Any],
+    logits: torch.Tensor,
+    tokens: torch.Tensor | None,
+    drafted: torch.Tensor | Sequence[torch.Tensor] | None,
+) -> torch.Tensor:
+    """(n, V) logits -> (n, V) float32 processed scores.
+
+    Row i sees the committed `tokens` (L,) plus the first len(drafted) - n + 1 + i drafted
+    tokens: for the target's k + 1 verification rows, drafted[:i]; for a draft's single row,
+    everything drafted so far. Without `tokens`, only row-independent processors may run.
+    """
+    scores = logits.to(torch.float32, copy=True)  # processors may write in place
+    if all(type(p) in ROW_INDEPENDENT for p in processors):
+        for processor in processors:
+            scores = processor(None, scores)
+        return scores
+    if tokens is None:
+        raise ValueError("these logits processors need the sequence so far (tokens=)")
+    if drafted is None or len(drafted) == 0:
+        drafted = tokens.new_empty(0)
+    elif not isinstance(drafted, torch.Tensor):
+        drafted = torch.stack(list(drafted))
+    sequence = torch.cat([tokens, drafted.to(tokens.device)])[None]  # (1, L + k)
+    first = sequence.shape[1] - scores.shape[0] + 1  # prefix length of row 0
+    rows = []
+    for index in range(scores.shape[0]):
+        row = scores[index : index + 1]  # (1, V)
+        for processor in processors:
+            row = processor(sequence[:, : first + index], row)
+        rows.append(row)
+    return torch.cat(rows)  # (n, V)
+
+
+def build_stopping(
+    limits: LimitsConfig, tokenizer: Any, custom: Sequence[Any] | None, started: float
+) -> list[Any]:
+    """max_time, stop strings and the caller's criteria (EOS and length are the loop's own).
+
+    started: time.time() at the start of the call, from which max_time counts.
+    """
+    criteria: list[Any] = []
+    if limits.max_time is not None:
+        criteria.append(MaxTimeCriteria(limits.max_time, initial_timestamp=started))
+    if limits.stop_strings:
+        if tokenizer is None:
+            raise ConfigError(
+                f"stop_strings {list(limits.stop_strings)} need the tokenizer: pass "
+                "tokenizer=<the target's tokenizer> to generate()"
+            )
+        criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=limits.stop_strings))
+    for criterion in custom or []:
+        if not callable(criterion):
+            raise ConfigError(f"stopping_criteria must hold callables, got {criterion!r}")
+        criteria.append(criterion)
+    return criteria
+
+
+def short_name(obj: Any) -> str:
+    """A processor's or criterion's class name without transformers' suffixes."""
+    name = type(obj).__name__
+    for suffix in ("LogitsProcessor", "LogitsWarper", "Criteria"):
+        if name.endswith(suffix) and name != suffix:
+            return name[: -len(suffix)]
+    return name
+
+
+def _triggered(criterion: Any, prefix: torch.Tensor, scores: Any) -> bool:
+    return bool(torch.as_tensor(criterion(prefix, scores)).any())
+
+
+class Emission:
+    """Per emitted token: the stopping criteria, and the scores/logits rows to return.
+
+    `emit` is called once per round with the new tokens (already cut at EOS and length); it
+    cuts them after the first token at which a criterion triggers and records one (1, V) row
+    of processed scores and of raw logits per token kept, as transformers' generate returns.
+    """
+
+    def __init__(self, criteria: Sequence[StoppingCriteria | Any], outputs: OutputConfig) -> None:
+        self.criteria = list(criteria)
+        self.outputs = outputs
+        self.scores: tuple[torch.Tensor, ...] = ()
+        self.logits: tuple[torch.Tensor, ...] = ()
+
+    @classmethod
+    def needed(cls, criteria: Sequence[Any], outputs: OutputConfig) -> Emission | None:
+        """An Emission when there is something to check or collect, else None (fast path)."""
+        if criteria or outputs.output_scores or outputs.output_logits:
+            return cls(criteria, outputs)
+        return None
+
+    def emit(
+        self,
+        tokens: torch.Tensor,
+        new_tokens: torch.Tensor,
+        scores: torch.Tensor,
+        logits: torch.Tensor,
+    ) -> tuple[torch.Tensor, bool]:
+        """tokens: (L,) committed before the round; new_tokens: (m,); scores/logits: rows
+        0..m-1 chose new_tokens[0..m-1]. Returns (the tokens kept, whether a criterion hit)."""
+        count = new_tokens.numel()
+        rows = tuple(scores[i : i + 1].float() for i in range(count))
+        stopped = False
+        if self.criteria:
+            sequence = torch.cat([tokens, new_tokens])[None]  # (1, L + m)
+            for index in range(count):
+                so_far = self.scores + rows[: index + 1] if self.outputs.output_scores else None
+                prefix = sequence[:, : tokens.numel() + index + 1]
+                if any(_triggered(criterion, prefix, so_far) for criterion in self.criteria):
+                    count, stopped = index + 1, True
+                    break
+        if self.outputs.output_scores:
+            self.scores += rows[:count]
+        if self.outputs.output_logits:
+            self.logits += tuple(logits[i : i + 1].float() for i in range(count))
+        return new_tokens[:count], stopped
+
+    def results(self) -> tuple[tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        """(scores, logits) as GenerateOutput carries them: None where not asked for."""
+        return (
+            self.scores if self.outputs.output_scores else None,
+            self.logits if self.outputs.output_logits else None,
+        )

@@ -1,0 +1,99 @@
+"""The `dynaspec bench` options, their defaults, and the command line that reproduces a run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from dynaspec.eval import provenance
+from dynaspec.eval.bench.methods import METHODS
+from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
+from dynaspec.models.arguments import float_in, int_at_least, pair_name
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.presets import DEFAULT_PAIR
+
+DEFAULT_MAX_NEW_TOKENS = 128
+DEFAULT_N = 10  # prompts per task
+SMOKE_MAX_NEW_TOKENS = 16
+SMOKE_N = 1  # prompts per smoke task
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `dynaspec bench` options to `parser`."""
+    models = parser.add_argument_group("models")
+    models.add_argument(
+        "--pair", type=pair_name, help=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')"
+    )
+    models.add_argument("--target", help="target model: preset name, folder, .gguf or hub id")
+    models.add_argument("--draft", help="draft model (with --target)")
+    models.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default {DEFAULT_DTYPE}; the tiny pair: float32)",
+    )
+    models.add_argument(
+        "--threads",
+        type=int_at_least(1, "omit --threads to use every core"),
+        default=None,
+        help="torch threads (default: all cores; 1 with --smoke)",
+    )
+    models.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny built-in random models and prompts, fp32: a CI check in seconds",
+    )
+    data = parser.add_argument_group("prompts")
+    data.add_argument(
+        "--task",
+        default="all",
+        help="summarization | open-ended | code | all (default: all)",
+    )
+    data.add_argument(
+        "--n", type=int_at_least(1), default=None, help=f"prompts per task (default {DEFAULT_N})"
+    )
+    data.add_argument("--seed", type=int, default=0, help="prompt sample seed (default 0)")
+    data.add_argument("--prompts", help="JSONL file of your own prompts instead of --task")
+    data.add_argument(
+        "--chat",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="apply the chat template: auto = when the tokenizer has one (default)",
+    )
+    data.add_argument(
+        "--max-prompt-chars",
+        type=int_at_least(1),
+        default=2000,
+        help="cut summarization articles at this many characters (default 2000)",
+    )
+    run = parser.add_argument_group("run")
+    run.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated subset of: {', '.join(METHODS)} (default: all)",
+    )
+    run.add_argument(
+        "--max-new-tokens",
+        type=int_at_least(1),
+        default=None,
+        help=f"new tokens per generation (default {DEFAULT_MAX_NEW_TOKENS}; "
+        f"--smoke: {SMOKE_MAX_NEW_TOKENS})",
+    )
+    run.add_argument(
+        "--tie-steps",
+        type=float_in(0.0, math.inf),
+        default=DEFAULT_TIE_STEPS,
+        help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
+    )
+    run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--out",
+        help="output folder (default: benchmarks/<pair>-<date>, e.g. "
+        "benchmarks/smoke-<date> with --smoke)",
+    )
+
+
+def equivalent_command(args: argparse.Namespace) -> str:
+    """`dynaspec bench ...` with the options of `args` that differ from the defaults."""
+    return provenance.equivalent_command("bench", add_bench_arguments, args)

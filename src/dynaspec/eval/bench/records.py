@@ -1,0 +1,154 @@
+"""What `dynaspec bench` records: the run's configuration, one JSONL record per (prompt,
+method) with the run's provenance attached, and the end-of-run summary."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dynaspec.eval.bench.args import DEFAULT_MAX_NEW_TOKENS
+from dynaspec.eval.bench.methods import METHODS, WARMUP_TOKENS
+from dynaspec.eval.hf_peer import sklearn_available
+from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
+from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.models.loading import dtype_choice
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    """A rendered benchmark prompt."""
+
+    task: str  # task name (a table row)
+    id: str  # unique within its task
+    input_ids: torch.Tensor  # (1, T) int64
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one benchmark run measures."""
+
+    methods: tuple[str, ...] = METHODS  # in rotation order; "target" is always run first
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # fixed for every method and prompt
+    warmup: bool = True  # one untimed short generation per method before timing
+    tie_steps: float = DEFAULT_TIE_STEPS  # classification bound for a numerical tie
+    progress: bool = True  # tqdm progress bar over prompts x methods
+
+
+@dataclass
+class BenchResult:
+    """What run_benchmark() returns."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)  # one per (prompt, method)
+    methods: tuple[str, ...] = ()  # methods actually run, in rotation order
+
+    @property
+    def mismatches(self) -> list[dict[str, Any]]:
+        return [record for record in self.records if not record["matches_target"]]
+
+
+_RECORD_ORDER = (
+    "task", "prompt_id", "prompt_index", "prompt_tokens", "method", "family",
+    "order_in_prompt", "load_avg_1m", "new_tokens", "wall_time_s", "tokens_per_s",
+    "speedup_vs_target",
+    "matches_target", "mismatch", "rounds", "mean_accepted_per_round", "acceptance_rate",
+    "draft_forwards", "target_forwards", "draft_time_s", "target_time_s", "other_time_s",
+    "inner_wall_time_s", "stop_reasons", "accepted_per_round", "drafted_per_round",
+)  # fmt: skip
+
+
+def ordered_record(record: dict[str, Any], run_info: dict[str, Any] | None) -> dict[str, Any]:
+    ordered = {key: record[key] for key in _RECORD_ORDER if key in record}
+    ordered.update({key: value for key, value in record.items() if key not in ordered})
+    if "output_ids" in ordered:  # kept for the baseline and mismatches only: at the end
+        ordered["output_ids"] = ordered.pop("output_ids")
+    ordered["run"] = run_info or {}
+    return ordered
+
+
+def run_metadata(
+    *,
+    args: argparse.Namespace | None,
+    config: BenchConfig,
+    label: str,
+    target_name: str,
+    draft_name: str,
+    target: Any,
+    command: str,
+    num_prompts: int,
+) -> dict[str, Any]:
+    """Config, library versions, machine and git state: the "run" field of every record."""
+    dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+    arguments = {k: v for k, v in vars(args).items() if not callable(v)} if args else {}
+    return {
+        "pair": label,
+        "target": target_name,
+        "draft": draft_name,
+        "started_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command,
+        "config": {
+            **asdict(config),
+            "methods": list(config.methods),
+            "dtype": dtype,
+            # why that dtype: the machine's rule, --dtype, or the tiny pair's float32
+            "dtype_reason": dtype_choice(
+                getattr(args, "dtype", None), pair="tiny" if label in ("smoke", "tiny") else label
+            ).reason,
+            "num_prompts": num_prompts,
+            "warmup_tokens": WARMUP_TOKENS,
+            "arguments": arguments,
+        },
+        "versions": library_versions(),
+        "sklearn_available": sklearn_available(),
+        "machine": machine_info(),
+        "git": git_state(),
+    }
+
+
+def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
+    """The end-of-run summary: per method medians and every mismatch."""
+    lines = ["", "summary (median over prompts):"]
+    for name in result.methods:
+        rows = [r for r in result.records if r["method"] == name]
+        if not rows:
+            continue
+        speedups = [r["speedup_vs_target"] for r in rows if r["speedup_vs_target"]]
+        rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
+        bad = [r for r in rows if not r["matches_target"]]
+        lines.append(
+            f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
+            f"  mismatches {len(bad)}/{len(rows)}"
+        )
+    mismatches = result.mismatches
+    kinds = Counter((r["mismatch"] or {}).get("kind", "BUG") for r in mismatches)
+    lines.append(
+        f"mismatches: {len(mismatches)} ({kinds.get('tie', 0)} tie, {kinds.get('BUG', 0)} BUG)"
+    )
+    for record in mismatches:
+        info = record["mismatch"] or {}
+        lines.append(
+            f"  !!! {record['method']} {record['task']}/{record['prompt_id']}: "
+            f"{info.get('kind')} at new token {info.get('position')}"
+            + (f", {info['steps']:.1f} steps" if info.get("steps") is not None else "")
+        )
+    if out_dir is not None:
+        lines.append(f"results: {out_dir}/results.jsonl, table: {out_dir}/table.md")
+    return "\n".join(lines)
+
+
+def _median_or_nan(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def output_digest(tokens: Sequence[int]) -> str:
+    """Short sha256 of a token list (for comparing outputs across runs)."""
+    return hashlib.sha256(json.dumps(list(tokens)).encode()).hexdigest()[:16]
