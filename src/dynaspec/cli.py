@@ -302,7 +302,7 @@ def describe_divergence(divergence: Any) -> str:
             f"tokens' logits lie within {divergence.steps:.1f} {divergence.dtype} steps of the "
             f"target's top logit there, so either is its argmax within {divergence.dtype} "
             "precision (a forward over several tokens rounds differently from a forward over "
-            "one). Not a bug; --dtype float32 gives token-identical output."
+            "one). Not a bug; --dtype float32 makes such ties vanishingly rare."
         )
     return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
 
