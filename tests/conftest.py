@@ -21,12 +21,20 @@ import torch
 # Lets test modules `import tiny_models` however pytest was invoked (rootdir or tests/).
 sys.path.insert(0, str(Path(__file__).parent))
 
+from tiny_models import DEVICES  # noqa: E402
+
 torch.set_num_threads(1)
 
 # As a mark, since pytest restores the warning filters around each test's whole protocol.
 _LIBCST_IMPORT = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
 )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking a `device` argument runs on the CPU, and on the GPU when there is one."""
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", DEVICES)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

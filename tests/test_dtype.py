@@ -62,6 +62,14 @@ def test_a_gpu_gets_bf16_where_it_has_it() -> None:
         assert choice.dtype is torch.bfloat16 and "GPU" in choice.reason
 
 
+def test_the_loaders_machine_dtype_follows_the_device() -> None:
+    from dynaspec.models.loading import resolve_dtype
+
+    assert resolve_dtype(None, auto_means="auto") is machine_dtype("cpu").dtype
+    assert resolve_dtype("machine", auto_means="auto", device="cuda") is machine_dtype("cuda").dtype
+    assert resolve_dtype("auto", auto_means=torch.float32, device="cuda") is torch.float32
+
+
 def test_choose_dtype_names() -> None:
     assert choose_dtype(None) == machine_dtype()
     assert choose_dtype("machine") == machine_dtype()

@@ -1,4 +1,4 @@
-"""Command line: `dynaspec generate | models | bench | oracle`.
+"""Command line: `dynaspec generate | models | bench | oracle | devicecheck | project`.
 
 The CLI only parses arguments and builds configuration; the work lives in the library.
 """
@@ -345,6 +345,30 @@ def _add_oracle(subparsers: Any) -> None:
     p.set_defaults(func=run_oracle)
 
 
+def _add_devicecheck(subparsers: Any) -> None:
+    from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
+
+    p = subparsers.add_parser(
+        "devicecheck",
+        help="cuda tests and real-shape costs on a GPU in one short run",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_devicecheck_arguments(p)
+    p.set_defaults(func=run_devicecheck)
+
+
+def _add_project(subparsers: Any) -> None:
+    from dynaspec.eval.projection import add_project_arguments, run_project
+
+    p = subparsers.add_parser(
+        "project",
+        help="project speedups from devicecheck costs and the oracle's traces",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_project_arguments(p)
+    p.set_defaults(func=run_project)
+
+
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """--help shows each option's default, unless it is None or False (those say in words
     what they do when absent) or the help text already names it."""
@@ -365,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(subparsers)
     _add_bench(subparsers)
     _add_oracle(subparsers)
+    _add_devicecheck(subparsers)
+    _add_project(subparsers)
     return parser
 
 

@@ -89,7 +89,8 @@ def generate(
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
-    # Processors run where the target's logits and the committed tokens live.
+    # Processors run where the target's logits and the committed tokens live; each model
+    # samples with a generator on its own device, the target's seeded with `seed`.
     on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
     processors = full_processor_list(
         settings.sampling, settings.processors, logits_processor, on_target, input_length, limits

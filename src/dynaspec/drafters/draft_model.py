@@ -46,6 +46,10 @@ class ModelDrafter:
             start = perf_counter()
             logits = self.model.forward(pending, 1)[0]  # (V,)
             draft_time += perf_counter() - start
+            if sampler.processors and logits.device != tokens.device:
+                # transformers' processors hold tensors on the target's device: a draft on
+                # another device is processed, and samples, there.
+                logits = logits.to(tokens.device)
             # Processed with the committed tokens + this round's drafts as the prefix.
             scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
             probs = sampler.normalize(scores[None])[0]  # (V,)
@@ -62,9 +66,11 @@ class ModelDrafter:
                 stop_reason = policy.stop_reason
                 break
             pending = token.view(1)
+        # (k,) tokens and (k, V) rows on the committed tokens' (target's) device, wherever
+        # the draft runs.
         return Proposal(
-            tokens=torch.stack(drafted) if drafted else tokens.new_empty(0),  # (k,)
-            probs=torch.stack(rows) if rows else None,  # (k, V)
+            tokens=torch.stack(drafted).to(tokens.device) if drafted else tokens.new_empty(0),
+            probs=torch.stack(rows).to(tokens.device) if rows else None,  # (k, V)
             confidences=tuple(confidences),
             stop_reason=stop_reason,
             draft_time_s=draft_time,

@@ -24,6 +24,7 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models import cache as model_cache
+from dynaspec.models.devices import DeviceArg, resolve_device
 from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
     AUTO,
     DEFAULT_DTYPE,
@@ -69,20 +70,23 @@ class ModelPair:
     tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
 
 
-def resolve_dtype(dtype: DTypeArg, *, auto_means: torch.dtype | str) -> torch.dtype | str:
+def resolve_dtype(
+    dtype: DTypeArg, *, auto_means: torch.dtype | str, device: DeviceArg = None
+) -> torch.dtype | str:
     """A torch dtype from "machine" / "auto" / "bfloat16" / "float16" / "float32" / a dtype.
 
-    None and "machine" give the machine's dtype (dynaspec.models.dtype.machine_dtype: bf16
-    where the CPU multiplies bf16 natively, else float32). "auto" gives `auto_means`: the
-    checkpoint's own dtype, float32 for GGUF (its dequantized precision).
+    None and "machine" give the machine's dtype for `device` (None: the CPU;
+    dynaspec.models.dtype.machine_dtype: bf16 where the CPU multiplies bf16 natively, else
+    float32; bf16 on a GPU). "auto" gives `auto_means`: the checkpoint's own dtype, float32
+    for GGUF (its dequantized precision).
     """
-    choice = choose_dtype(dtype)
+    choice = choose_dtype(dtype, "cpu" if device is None else device)
     return auto_means if choice.dtype == AUTO else choice.dtype
 
 
-def _gguf_dtype(dtype: DTypeArg) -> torch.dtype:
+def _gguf_dtype(dtype: DTypeArg, device: DeviceArg = None) -> torch.dtype:
     """The dtype a GGUF is dequantized to: "auto" means float32."""
-    torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
+    torch_dtype = resolve_dtype(dtype, auto_means=torch.float32, device=device)
     assert isinstance(torch_dtype, torch.dtype)
     return torch_dtype
 
@@ -101,7 +105,7 @@ def set_threads(threads: int | None) -> int:
 
 
 def _load_folder(
-    folder: Path | str, dtype: torch.dtype | str, *, fix: str
+    folder: Path | str, dtype: torch.dtype | str, device: DeviceArg = None, *, fix: str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a transformers folder or hub id, quietly; what transformers cannot read raises
     CorruptModelFileError ending in `fix`, a missing package MissingDependencyError."""
@@ -129,14 +133,19 @@ def _load_folder(
             f"{one_line(error)}); {fix}"
         ) from error
     model.eval()
+    target_device = resolve_device(device)
+    if target_device is not None:
+        model.to(target_device)
     return model, tokenizer
 
 
 def _load_cached_folder(
-    folder: Path, dtype: torch.dtype
+    folder: Path, dtype: torch.dtype, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
-    return _load_folder(folder, dtype, fix="delete that folder and load again to rebuild it")
+    return _load_folder(
+        folder, dtype, device, fix="delete that folder and load again to rebuild it"
+    )
 
 
 def load_preset(
@@ -146,12 +155,14 @@ def load_preset(
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a preset through the model cache (built on first use). Returns (model, tokenizer)."""
+    resolve_device(device)  # a bad device fails before a long first build
     set_threads(threads)
-    torch_dtype = _gguf_dtype(dtype)
+    torch_dtype = _gguf_dtype(dtype, device)
     folder = model_cache.ensure_preset_folder(preset, torch_dtype, cache_dir, progress=progress)
-    return _load_cached_folder(folder, torch_dtype)
+    return _load_cached_folder(folder, torch_dtype, device)
 
 
 def load_model(
@@ -160,28 +171,33 @@ def load_model(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
 
     name_or_path: a preset name ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
     "smollm2-135m", "gemma3-270m"; see `dynaspec models`), a transformers folder, a
     .gguf file (dequantized once into the cache), or a Hugging Face hub id.
-    dtype: None or "machine" (default: bf16 where the CPU multiplies bf16 natively, else
-    float32; see dynaspec.models.dtype), "auto" (the checkpoint's own dtype; float32 for
-    GGUF), "bfloat16", "float16", "float32", or a torch.dtype.
+    dtype: None or "machine" (default: for `device`, bf16 where the CPU multiplies bf16
+    natively, else float32, and bf16 on a GPU; see dynaspec.models.dtype), "auto" (the
+    checkpoint's own dtype; float32 for GGUF), "bfloat16", "float16", "float32", or a
+    torch.dtype.
     threads: torch intra-op threads; None uses every core.
     cache_dir: model cache root; None uses $DYNASPEC_CACHE or the user cache folder.
+    device: where the model runs ("cpu", "cuda", "cuda:1", a torch.device); None keeps it
+    where transformers loads it (the CPU).
     """
+    resolve_device(device)  # a bad device fails before a long load
     text = os.fspath(name_or_path)
     preset = find_model_preset(text) if isinstance(name_or_path, str) else None
     if preset is not None:
-        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir)
+        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device)
     path = Path(text).expanduser()
     if path.is_file():
         set_threads(threads)
-        torch_dtype = _gguf_dtype(dtype)
+        torch_dtype = _gguf_dtype(dtype, device)
         folder = model_cache.ensure_file_folder(path, torch_dtype, cache_dir)
-        return _load_cached_folder(folder, torch_dtype)
+        return _load_cached_folder(folder, torch_dtype, device)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotAvailableError(
@@ -190,10 +206,11 @@ def load_model(
             )
         set_threads(threads)
         fix = "check its config.json and weights (a folder written by save_pretrained() loads)"
-        return _load_folder(path, resolve_dtype(dtype, auto_means="auto"), fix=fix)
+        folder_dtype = resolve_dtype(dtype, auto_means="auto", device=device)
+        return _load_folder(path, folder_dtype, device, fix=fix)
     if _looks_like_hub_id(text):
         set_threads(threads)
-        return _load_from_hub(text, resolve_dtype(dtype, auto_means="auto"))
+        return _load_from_hub(text, resolve_dtype(dtype, auto_means="auto", device=device), device)
     known = ", ".join(model_presets())
     raise ConfigError(
         f"{text!r} is not a preset, an existing file or folder, or a hub id (owner/name): "
@@ -213,10 +230,11 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def _load_from_hub(
-    model_id: str, dtype: torch.dtype | str
+    model_id: str, dtype: torch.dtype | str, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
-        return _load_folder(model_id, dtype, fix="check the id, or use a preset or a local folder")
+        fix = "check the id, or use a preset or a local folder"
+        return _load_folder(model_id, dtype, device, fix=fix)
     except CorruptModelFileError as error:
         if not isinstance(error.__cause__, OSError):
             raise
@@ -280,25 +298,32 @@ def load_pair(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
+    draft_device: DeviceArg = None,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
-    Both models are in eval mode, in `dtype` (None: the machine's; see load_model).
-    Raises ModelNotAvailableError naming the pip command if a model's packages are not
-    installed.
+    Both models are in eval mode, in `dtype` (default: the machine's for each model's
+    device; see load_model), the target on `device` and the draft on `draft_device` (None:
+    the target's `device`). Raises ModelNotAvailableError naming the pip command if a
+    model's packages are not installed.
     """
+    draft_device = device if draft_device is None else draft_device
+    resolve_device(device)
+    resolve_device(draft_device)
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
-    for preset in (target_preset, draft_preset):  # fail before a long load of the other
-        folder = model_cache.preset_folder(preset, _gguf_dtype(dtype), cache_dir)
+    presets = ((target_preset, device), (draft_preset, draft_device))
+    for preset, preset_device in presets:  # fail before a long load of the other
+        folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
     target, target_tokenizer = load_preset(
-        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
     draft, draft_tokenizer = load_preset(
-        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
     )
     check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
     return ModelPair(name=pair.name, target=target, draft=draft, tokenizer=target_tokenizer)
