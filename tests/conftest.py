@@ -40,3 +40,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(_LIBCST_IMPORT)
+
+
+@pytest.fixture
+def keep_thread_count():
+    """For tests that load models (loading sets torch's thread count): give the other tests
+    back the count they had."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in tiny target saved as a transformers folder (config.json, weights,
+    tokenizer)."""
+    from dynaspec.models.tiny import tiny_pair
+
+    target, _, tokenizer = tiny_pair()
+    folder = tmp_path_factory.mktemp("tiny-folder")
+    target.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.backends import as_adapter
-from dynaspec.core.config import SpecConfig
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.protocols import LookaheadPolicy
@@ -39,7 +39,7 @@ def generate(
     *,
     num_assistant_tokens: int = 20,
     assistant_confidence_threshold: float = 0.4,
-    num_assistant_tokens_schedule: str = "dynamic",
+    num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE,
     seed: int | None = None,
     streamer: Any = None,
     policy: LookaheadPolicy | None = None,
@@ -65,7 +65,9 @@ def generate(
     The target's generation_config applies where the call is silent (see core/settings.py);
     `generation_config=` replaces it (`GenerationConfig()`: a clean slate). `logits_processor`
     and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
-    Parameter names follow transformers' assisted generation. `policy` overrides the
+    Parameter names follow transformers' assisted generation. The default schedule is
+    "adaptive" (cost-aware: it drafts only while its measured costs say drafting pays);
+    "dynamic" is the published confidence rule, transformers' default. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
     `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
@@ -78,11 +80,7 @@ def generate(
         num_assistant_tokens_schedule=num_assistant_tokens_schedule,
     )
     prompt = check_prompt(input_ids)
-    check_attention_mask(attention_mask, prompt)
-    target_adapter = as_adapter(target)
-    draft_adapter = as_adapter(draft) if draft is not None else None
-    check_pair(target_adapter, draft_adapter)
-    check_token_ids(prompt, target_adapter.vocab_size)
+    target_adapter, draft_adapter = _checked_adapters(target, draft, prompt, attention_mask)
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
     settings = resolve_settings(kwargs, target, generation_config, input_length, seed)
     limits = settings.limits
@@ -111,3 +109,15 @@ def generate(
     output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return output
+
+
+def _checked_adapters(
+    target: Any, draft: Any, prompt: torch.Tensor, attention_mask: torch.Tensor | None
+) -> tuple[Any, Any]:
+    """The two models as adapters, after the checks that need no settings."""
+    check_attention_mask(attention_mask, prompt)
+    target_adapter = as_adapter(target)
+    draft_adapter = as_adapter(draft) if draft is not None else None
+    check_pair(target_adapter, draft_adapter)
+    check_token_ids(prompt, target_adapter.vocab_size)
+    return target_adapter, draft_adapter

@@ -21,6 +21,7 @@ from dynaspec.eval.bench.methods import METHODS, WARMUP_TOKENS
 from dynaspec.eval.hf_peer import sklearn_available
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.models.loading import dtype_choice
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ def run_metadata(
             **asdict(config),
             "methods": list(config.methods),
             "dtype": dtype,
+            # why that dtype: the machine's rule, --dtype, or the tiny pair's float32
+            "dtype_reason": dtype_choice(
+                getattr(args, "dtype", None), pair="tiny" if label in ("smoke", "tiny") else label
+            ).reason,
             "num_prompts": num_prompts,
             "warmup_tokens": WARMUP_TOKENS,
             "arguments": arguments,
