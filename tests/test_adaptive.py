@@ -3,13 +3,14 @@ it adapts its lookahead to what drafting costs."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from tiny_models import ScriptedModel
 
 import dynaspec
+from dynaspec import GenerateOutput
+from dynaspec.eval.cost_model import CostProfile
+from dynaspec.eval.oracle.replay import SimulatedTimePolicy
 from dynaspec.policies import DraftStep, RoundResult
 from dynaspec.policies.adaptive import AdaptivePolicy, pool_adjacent_violators
 
@@ -146,24 +147,51 @@ def test_expensive_prefill_means_expensive_verification() -> None:
     assert policy.max_lookahead(catchup=202, remaining=1000) == 0
 
 
+def fixed_costs(
+    *, target_s: float, draft_s: float, target_per_token_s: float = 0.0
+) -> SimulatedTimePolicy:
+    """A fresh adaptive policy that learns round times from a cost model, not the clock.
+
+    The loop times every forward and hands the times to the policy; the wrapper (the
+    oracle's replay uses it too) replaces them with what the round's counts cost: a target
+    forward over n tokens `target_s + target_per_token_s * n`, a draft forward `draft_s`.
+    The policy's rule is unchanged, but what it sees no longer depends on how loaded the
+    machine is, so its decisions are the same on every run (the stats keep the real times).
+    """
+    verify_s = (target_s + target_per_token_s, target_s + 2 * target_per_token_s)
+    profile = CostProfile(draft_token_s=draft_s, verify_s=verify_s)  # T(n) linear in n
+    return SimulatedTimePolicy(AdaptivePolicy(max_tokens=20), profile)
+
+
+def counting_model() -> ScriptedModel:
+    return ScriptedModel.greedy(lambda prefix: (prefix[-1] + 1) % 16, 16, confidence=0.95)
+
+
+def adaptive_run(prompt: torch.Tensor, max_new_tokens: int, **costs: float) -> GenerateOutput:
+    """An adaptive run of two always-agreeing counting models, timed by `costs`."""
+    policy = fixed_costs(**costs)
+    return dynaspec.generate(
+        counting_model(), counting_model(), prompt, max_new_tokens=max_new_tokens, policy=policy
+    )
+
+
+def test_the_cost_model_replaces_the_clock() -> None:
+    """Two runs with the same costs take the same rounds, however long the forwards took."""
+    runs = [adaptive_run(torch.tensor([[0]]), 40, target_s=0.03, draft_s=0.001) for _ in "ab"]
+    assert [r.num_drafted for r in runs[0].stats.rounds] == [
+        r.num_drafted for r in runs[1].stats.rounds
+    ]
+
+
 def test_expensive_prefill_before_a_short_generation_never_starts_the_draft() -> None:
     prompt = torch.tensor([[i % 16 for i in range(40)]])
     # Target: 10 ms per forward + 4 ms per token, so its 40-token prefill costs ~12 steps
-    # and each extra verified token ~0.3 steps.
-    target = Slowed(counting_model(), 0.01, per_token=0.004)
-    alone = dynaspec.generate(target, None, prompt, max_new_tokens=200)
-    runs = {}
-    for new_tokens in (20, 200):
-        draft = Slowed(counting_model(), 0.001)
-        runs[new_tokens] = dynaspec.generate(
-            target,
-            draft,
-            prompt,
-            max_new_tokens=new_tokens,
-            num_assistant_tokens_schedule="adaptive",
-        )
-        expected = alone.sequences[:, : prompt.shape[1] + new_tokens]
-        assert torch.equal(runs[new_tokens].sequences, expected)
+    # and each extra verified token ~0.3 steps; a draft forward costs 1 ms.
+    costs = {"target_s": 0.01, "target_per_token_s": 0.004, "draft_s": 0.001}
+    alone = dynaspec.generate(counting_model(), None, prompt, max_new_tokens=200)
+    runs = {new_tokens: adaptive_run(prompt, new_tokens, **costs) for new_tokens in (20, 200)}
+    for new_tokens, run in runs.items():
+        assert torch.equal(run.sequences, alone.sequences[:, : prompt.shape[1] + new_tokens])
     # Catch-up ~ 0.25 x 41 x 0.3 = 3.1 steps; expected rate ~1.16, savings ~0.14 per token.
     # 20 tokens: 18 left after the two measuring steps, savings 2.5 < 2 x 3.1: never drafts.
     assert [r.num_drafted for r in runs[20].stats.rounds] == [0] * 20
@@ -172,56 +200,12 @@ def test_expensive_prefill_before_a_short_generation_never_starts_the_draft() ->
     assert drafted[:2] == [0, 0] and drafted[2] > 0
 
 
-class Slowed:
-    """Wraps an adapter so every forward takes at least `seconds` + `per_token` per token
-    (an artificially slow model)."""
-
-    def __init__(self, inner: ScriptedModel, seconds: float, per_token: float = 0.0) -> None:
-        self.inner = inner
-        self.seconds = seconds
-        self.per_token = per_token
-        self.vocab_size = inner.vocab_size
-        self.max_length = inner.max_length
-        self.is_encoder_decoder = False
-
-    @property
-    def num_cached(self) -> int:
-        return self.inner.num_cached
-
-    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
-        return self.inner.begin(input_ids, max_length=max_length)
-
-    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
-        time.sleep(self.seconds + self.per_token * new_tokens.numel())
-        return self.inner.forward(new_tokens, num_logits)
-
-    def crop(self, num_tokens: int) -> None:
-        self.inner.crop(num_tokens)
-
-
-def counting_model() -> ScriptedModel:
-    return ScriptedModel.greedy(lambda prefix: (prefix[-1] + 1) % 16, 16, confidence=0.95)
-
-
 def test_adaptive_uses_a_cheap_draft_and_skips_an_expensive_one() -> None:
     # The draft always agrees. Cheap draft (1 ms vs a 30 ms target): long drafts pay.
     # Draft as slow as the target (40 ms): drafting never pays, so rounds become plain steps.
     prompt = torch.tensor([[0]])
-    target = Slowed(counting_model(), 0.03)
-    cheap = dynaspec.generate(
-        target,
-        Slowed(counting_model(), 0.001),
-        prompt,
-        max_new_tokens=40,
-        num_assistant_tokens_schedule="adaptive",
-    )
-    pricey = dynaspec.generate(
-        target,
-        Slowed(counting_model(), 0.04),
-        prompt,
-        max_new_tokens=40,
-        num_assistant_tokens_schedule="adaptive",
-    )
+    cheap = adaptive_run(prompt, 40, target_s=0.03, draft_s=0.001)
+    pricey = adaptive_run(prompt, 40, target_s=0.03, draft_s=0.04)
     assert torch.equal(cheap.sequences, pricey.sequences)  # lossless either way
     cheap_drafted = [r.num_drafted for r in cheap.stats.rounds]
     pricey_drafted = [r.num_drafted for r in pricey.stats.rounds]
@@ -232,14 +216,14 @@ def test_adaptive_uses_a_cheap_draft_and_skips_an_expensive_one() -> None:
 
 
 def test_caller_policy_keeps_what_it_learned() -> None:
-    policy = AdaptivePolicy()
+    policy = fixed_costs(target_s=0.03, draft_s=0.001)  # a cheap draft: it drafts
     model = counting_model()
     dynaspec.generate(
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
     )
-    learned = sum(policy.bin_total)
+    learned = sum(policy.inner.bin_total)
     assert learned > 0
     dynaspec.generate(
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
     )
-    assert sum(policy.bin_total) > learned
+    assert sum(policy.inner.bin_total) > learned

@@ -65,6 +65,12 @@ def test_smoke_run_writes_a_matching_record_per_prompt_and_method(smoke_run):
         assert run["config"]["max_new_tokens"] == 8
         assert {"torch", "transformers", "dynaspec"} <= set(run["versions"])
         assert {"platform", "cpu_count", "torch_threads"} <= set(run["machine"])
+        # every record names the CPU's instruction sets and the dtype rule's choice and reason
+        assert {"avx2", "avx512_bf16", "amx_bf16", "torch_cpu_capability"} <= set(
+            run["machine"]["cpu_features"]
+        )
+        assert {"machine_dtype", "machine_dtype_reason"} <= set(run["machine"])
+        assert run["config"]["dtype_reason"] == "the built-in tiny pair is float32"
         assert {"sha", "dirty"} <= set(run["git"])
         assert isinstance(run["sklearn_available"], bool)
         assert "--smoke" in run["command"]

@@ -4,10 +4,13 @@ Tiny fp32 models with peaky logits (initializer_range 0.5), so fp32 ties cannot 
 every comparison is token-for-token. The grid is architectures x drafts (identical weights:
 everything accepted; target + noise: some accepted; another random init: ~nothing accepted)
 x schedules/thresholds; each case decodes one prompt from a pool, rotating, so the grid
-as a whole covers every prompt with every schedule and draft.
+as a whole covers every prompt with every schedule and draft. Tests taking `device` run on a
+GPU too when there is one (`pytest -m cuda`), with the prompts left on the CPU.
 """
 
 from __future__ import annotations
+
+from copy import deepcopy
 
 import pytest
 import torch
@@ -45,22 +48,24 @@ DRAFT_KINDS = ("same", "noisy", "random")
 
 
 class Zoo:
-    """Builds each tiny model and each reference output once for this module."""
+    """Builds each tiny model and each reference output once for this module (per device)."""
 
     def __init__(self) -> None:
-        self._models: dict[tuple[str, str], PreTrainedModel] = {}
-        self._references: dict[tuple[str, int, int], torch.Tensor] = {}
+        self._models: dict[tuple[str, str, str], PreTrainedModel] = {}
+        self._references: dict[tuple[str, int, int, str], torch.Tensor] = {}
         self.prompts = random_prompts(NUM_PROMPTS, VOCAB_SIZE, min_len=1, max_len=10, seed=7)
 
-    def target(self, arch: str) -> PreTrainedModel:
-        return self._model(arch, "target")
+    def target(self, arch: str, device: str = "cpu") -> PreTrainedModel:
+        return self._model(arch, "target", device)
 
-    def draft(self, arch: str, kind: str) -> PreTrainedModel:
+    def draft(self, arch: str, kind: str, device: str = "cpu") -> PreTrainedModel:
         """'same': a copy of the target; 'noisy': target + 10% noise; 'random': another init."""
-        return self._model(arch, kind)
+        return self._model(arch, kind, device)
 
-    def _model(self, arch: str, kind: str) -> PreTrainedModel:
-        key = (arch, kind)
+    def _model(self, arch: str, kind: str, device: str = "cpu") -> PreTrainedModel:
+        key = (arch, kind, device)
+        if key not in self._models and device != "cpu":  # the CPU model's weights, moved
+            self._models[key] = deepcopy(self._model(arch, kind)).to(device)
         if key not in self._models:
             if kind == "target":
                 model = tiny_model(arch, seed=0, vocab_size=VOCAB_SIZE)
@@ -73,12 +78,15 @@ class Zoo:
             self._models[key] = model
         return self._models[key]
 
-    def reference(self, arch: str, prompt_index: int, max_new_tokens: int) -> torch.Tensor:
-        key = (arch, prompt_index, max_new_tokens)
+    def reference(
+        self, arch: str, prompt_index: int, max_new_tokens: int, device: str = "cpu"
+    ) -> torch.Tensor:
+        """transformers' greedy output on `device`, (1, T + new), on the CPU."""
+        key = (arch, prompt_index, max_new_tokens, device)
         if key not in self._references:
-            self._references[key] = hf_greedy(
-                self.target(arch), self.prompts[prompt_index], max_new_tokens
-            )
+            prompt = self.prompts[prompt_index].to(device)
+            output = hf_greedy(self.target(arch, device), prompt, max_new_tokens)
+            self._references[key] = output.cpu()
         return self._references[key]
 
 
@@ -91,7 +99,13 @@ def zoo() -> Zoo:
 @pytest.mark.parametrize("draft_kind", DRAFT_KINDS)
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_greedy_equals_hf_generate(
-    zoo: Zoo, arch: str, draft_kind: str, schedule: str, threshold: float, lookahead: int
+    zoo: Zoo,
+    arch: str,
+    draft_kind: str,
+    schedule: str,
+    threshold: float,
+    lookahead: int,
+    device: str,
 ) -> None:
     # One prompt per case, rotating through the pool so every prompt meets every schedule.
     case = (
@@ -102,8 +116,8 @@ def test_greedy_equals_hf_generate(
     prompt_index = case % NUM_PROMPTS
     prompt = zoo.prompts[prompt_index]
     out = dynaspec.generate(
-        zoo.target(arch),
-        zoo.draft(arch, draft_kind),
+        zoo.target(arch, device),
+        zoo.draft(arch, draft_kind, device),
         prompt,
         max_new_tokens=MAX_NEW_TOKENS,
         num_assistant_tokens=lookahead,
@@ -111,7 +125,8 @@ def test_greedy_equals_hf_generate(
         num_assistant_tokens_schedule=schedule,
         eos_token_id=[],
     )
-    expected = zoo.reference(arch, prompt_index, MAX_NEW_TOKENS)
+    assert out.sequences.device.type == device  # committed tokens live on the target's device
+    expected = zoo.reference(arch, prompt_index, MAX_NEW_TOKENS, device)
     assert out.sequences.tolist() == expected.tolist(), f"prompt {prompt.tolist()}"
     summary = out.stats.summary()
     assert summary.new_tokens == MAX_NEW_TOKENS
@@ -143,12 +158,16 @@ def test_drafts_cover_some_and_almost_no_acceptance(zoo: Zoo, arch: str) -> None
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_target_alone_equals_hf_generate(zoo: Zoo, arch: str) -> None:
+def test_target_alone_equals_hf_generate(zoo: Zoo, arch: str, device: str) -> None:
     for prompt_index in range(NUM_PROMPTS):
         out = dynaspec.generate(
-            zoo.target(arch), None, zoo.prompts[prompt_index], max_new_tokens=MAX_NEW_TOKENS
+            zoo.target(arch, device),
+            None,
+            zoo.prompts[prompt_index],
+            max_new_tokens=MAX_NEW_TOKENS,
         )
-        assert out.sequences.tolist() == zoo.reference(arch, prompt_index, MAX_NEW_TOKENS).tolist()
+        expected = zoo.reference(arch, prompt_index, MAX_NEW_TOKENS, device)
+        assert out.sequences.tolist() == expected.tolist()
         assert all(r.num_drafted == 0 and r.num_emitted == 1 for r in out.stats.rounds)
         assert out.stats.summary().draft_forwards == 0
 

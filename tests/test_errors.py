@@ -25,6 +25,8 @@ from dynaspec.errors import (
 
 VOCAB_SIZE = 16
 PROMPT = torch.tensor([[1, 2, 3]])
+# A schedule that always runs the draft (adaptive may decide a short run is not worth it).
+DRAFT_RUNS = {"num_assistant_tokens_schedule": "dynamic"}
 
 
 def scripted(vocab_size: int = VOCAB_SIZE, **kwargs: Any) -> ScriptedModel:
@@ -143,6 +145,15 @@ def test_prompt_plus_max_new_tokens_beyond_the_context() -> None:
         PROMPT,
         max_new_tokens=30,
     )
+
+
+def test_prompt_that_fills_the_context_says_to_shorten_it() -> None:
+    """No new token fits: the fix is a shorter prompt, never "max_new_tokens to 0"."""
+    with pytest.raises(InputError, match="shorten the prompt to at most 31 tokens") as info:
+        dynaspec.generate(scripted(max_length=32), None, torch.ones(1, 32, dtype=torch.long))
+    assert "max_new_tokens to" not in str(info.value)
+    assert "--max-new-tokens" not in str(info.value)  # Python words in Python
+    assert "--max-new-tokens (128)" in info.value.for_cli()  # the flag on the command line
 
 
 def test_draft_context_counts_too() -> None:
@@ -285,7 +296,7 @@ def test_cache_that_cannot_roll_back(frozen: str) -> None:
     models = {"target": scripted(), "draft": scripted()}
     models[frozen] = FrozenCacheModel()
     with pytest.raises(UnsupportedModelError, match=r"cannot be rolled back \(no crop\(\)\).*"):
-        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4)
+        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4, **DRAFT_RUNS)
 
 
 @pytest.mark.parametrize("bad_value", [float("nan"), float("inf")])
@@ -295,6 +306,6 @@ def test_nan_or_inf_logits(bad_value: float, broken: str) -> None:
     with torch.no_grad():
         models[broken].lm_head.weight[5, 0] = bad_value
     with pytest.raises(NumericalError, match="NaN/inf logits; check the weights and the dtype"):
-        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4)
+        dynaspec.generate(models["target"], models["draft"], PROMPT, max_new_tokens=4, **DRAFT_RUNS)
     with pytest.raises(FloatingPointError):  # the builtin family, for callers that catch it
         dynaspec.generate(models[broken], None, PROMPT, max_new_tokens=4)

@@ -11,9 +11,11 @@ import torch
 from dynaspec.cli import build_parser
 from dynaspec.eval.bench.args import add_bench_arguments
 from dynaspec.eval.oracle.args import add_oracle_arguments
+from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.loading import (
     DEFAULT_DTYPE,
     DTYPE_CHOICES,
+    dtype_choice,
     dtype_name,
     eos_token_ids,
     load_models,
@@ -31,7 +33,9 @@ def test_the_tiny_pair_is_float32_unless_a_dtype_is_given():
     assert next(draft.parameters()).dtype == torch.bfloat16
     assert target.config.num_hidden_layers == 1
     assert dtype_name("bfloat16", pair="tiny") == "bfloat16"
-    assert dtype_name(None, pair="qwen2.5-coder") == DEFAULT_DTYPE
+    assert dtype_name(None, pair="qwen2.5-coder") == machine_dtype().name  # DEFAULT_DTYPE
+    assert DEFAULT_DTYPE == "machine"
+    assert dtype_choice("auto", pair="qwen2.5-coder").name == "float32"  # a GGUF's own
     assert eos_token_ids(target, tokenizer) == (tokenizer.eos_token_id,)
 
 

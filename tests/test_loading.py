@@ -18,6 +18,7 @@ from dynaspec.errors import (
 )
 from dynaspec.models import cache as model_cache
 from dynaspec.models import loading
+from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import GgufSlice, ModelPreset, model_presets
 
 gguf = pytest.importorskip("gguf")
@@ -173,8 +174,8 @@ def test_cached_weights_have_the_requested_dtype(tiny_preset, cache):
 
 
 def test_gguf_file_path_and_folder_load_alike(tiny_gguf, cache, tmp_path):
-    model, tokenizer = loading.load_model(tiny_gguf, dtype=None, cache_dir=cache)
-    assert next(model.parameters()).dtype == torch.float32  # None: GGUF's own precision
+    model, tokenizer = loading.load_model(tiny_gguf, dtype="auto", cache_dir=cache)
+    assert next(model.parameters()).dtype == torch.float32  # auto: GGUF's own precision
     folders = [p for p in (cache / "hf").iterdir() if p.name.startswith("file-tiny-")]
     assert len(folders) == 1 and folders[0].name.endswith("-float32")
     token_ids = tokenizer.encode("the the", add_special_tokens=False)
@@ -182,7 +183,7 @@ def test_gguf_file_path_and_folder_load_alike(tiny_gguf, cache, tmp_path):
     saved = tmp_path / "saved"
     model.save_pretrained(saved)
     tokenizer.save_pretrained(saved)
-    reloaded, _ = loading.load_model(str(saved), dtype=None)
+    reloaded, _ = loading.load_model(str(saved), dtype="auto")
     assert not reloaded.training
     assert torch.equal(logits(reloaded, token_ids), logits(model, token_ids))
 
@@ -209,11 +210,15 @@ def test_pair_check(tiny_gguf, tmp_path, cache):
 
 
 def test_dtype_and_thread_arguments():
-    assert loading.resolve_dtype("bf16", none_means=torch.float32) is torch.bfloat16
-    assert loading.resolve_dtype(torch.float16, none_means="auto") is torch.float16
-    assert loading.resolve_dtype(None, none_means="auto") == "auto"
+    assert loading.resolve_dtype("bf16", auto_means=torch.float32) is torch.bfloat16
+    assert loading.resolve_dtype(torch.float16, auto_means="auto") is torch.float16
+    assert loading.resolve_dtype("auto", auto_means="auto") == "auto"
+    assert loading.resolve_dtype("AUTO", auto_means=torch.float32) is torch.float32
+    machine = machine_dtype().dtype
+    assert loading.resolve_dtype(None, auto_means="auto") is machine
+    assert loading.resolve_dtype("machine", auto_means="auto") is machine
     with pytest.raises(ConfigError, match="bfloat16"):
-        loading.resolve_dtype("int8", none_means="auto")
+        loading.resolve_dtype("int8", auto_means="auto")
     before = torch.get_num_threads()
     try:
         assert loading.set_threads(1) == 1 and torch.get_num_threads() == 1
@@ -249,3 +254,4 @@ def test_models_report(tmp_path):
     assert smol_line.endswith("bfloat16") and "135M" in smol_line and "98 MB" in smol_line
     assert "qwen2.5-coder (default): qwen2.5-coder-1.5b + qwen2.5-coder-0.5b" in report
     assert f"cache: {tmp_path}" in report
+    assert f"dtype on this machine: {machine_dtype().line()}" in report

@@ -366,6 +366,12 @@ def test_smoke_end_to_end(tmp_path):
         assert name in names, name
     summary = json.loads((out / "oracle_summary.json").read_text())
     assert summary["tasks"] == ["summarization", "open-ended", "code"]
+    config = summary["config"]
+    assert (config["dtype"], config["dtype_reason"]) == (
+        "float32",
+        "the built-in tiny pair is float32",
+    )
+    assert {"avx2", "avx512_bf16", "amx_bf16"} <= set(config["machine"]["cpu_features"])
     overall = summary["groups"]["overall"]
     assert overall["prompts"] == 3
     assert overall["consistency"]["prompts_consistent"] == 3

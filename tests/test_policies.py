@@ -181,8 +181,9 @@ def test_make_policy_names(schedule: str, cls: type) -> None:
     assert make_policy(config) is not policy  # fresh each time
 
 
-def test_make_policy_defaults_are_dynamic_20_and_0_4() -> None:
-    policy = make_policy(SpecConfig())
+def test_make_policy_default_is_adaptive_dynamic_keeps_20_and_0_4() -> None:
+    assert make_policy(SpecConfig()).name == "adaptive"
+    policy = make_policy(SpecConfig(num_assistant_tokens_schedule="dynamic"))
     assert isinstance(policy, DynamicPolicy)
     assert (policy.max_lookahead(), policy.threshold) == (20, 0.4)
 

@@ -388,6 +388,7 @@ def test_max_time_stops_a_real_run_early() -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_processors_on_a_cuda_target_with_a_cpu_prompt(byte_pair: tuple) -> None:
     target, draft, tokenizer = (copy.deepcopy(m) for m in byte_pair[:2]) + (byte_pair[2],)

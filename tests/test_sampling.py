@@ -11,6 +11,7 @@ on hand-made tensors.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
-from tiny_models import ScriptedModel, noisy_copy, probs_logits, tiny_model
+from tiny_models import CUDA, ScriptedModel, noisy_copy, probs_logits, tiny_model
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -61,9 +62,13 @@ DRAFT_LOGITS = [probs_logits(row) for row in DRAFT_PROBS]
 PROMPT = (0,)
 
 
-def scripted_pair() -> tuple[ScriptedModel, ScriptedModel]:
-    target = ScriptedModel(lambda prefix: TARGET_LOGITS[prefix[-1]], VOCAB_SIZE)
-    draft = ScriptedModel(lambda prefix: DRAFT_LOGITS[prefix[-1]], VOCAB_SIZE)
+def scripted_pair(
+    target_device: str = "cpu", draft_device: str = "cpu"
+) -> tuple[ScriptedModel, ScriptedModel]:
+    target = ScriptedModel(
+        lambda prefix: TARGET_LOGITS[prefix[-1]], VOCAB_SIZE, device=target_device
+    )
+    draft = ScriptedModel(lambda prefix: DRAFT_LOGITS[prefix[-1]], VOCAB_SIZE, device=draft_device)
     return target, draft
 
 
@@ -94,15 +99,17 @@ def sample_sequences(
     length: int,
     num_samples: int,
     make_policy: Callable[[], LookaheadPolicy] | None = lambda: ConstantPolicy(3),
+    devices: tuple[str, str] = ("cpu", "cpu"),
 ) -> Counter[tuple[int, ...]]:
     """Counts of the `length` new tokens over `num_samples` runs of the decoding loop.
 
-    One seeded sampler serves all runs (its generator stream continues), which is both
+    One seeded sampler serves all runs (its generator streams continue), which is both
     reproducible and much faster than one generate() call per sample. make_policy=None
-    decodes with the target alone.
+    decodes with the target alone. `devices`: (target's, draft's); each draws from a
+    generator on its own device.
     """
-    target, draft = scripted_pair()
-    sampler = TokenSampler(config)
+    target, draft = scripted_pair(*devices)
+    sampler = TokenSampler(config, device=devices[0])
     limits = LimitsConfig(max_new_tokens=length)
     prompt = torch.tensor([PROMPT])
     counts: Counter[tuple[int, ...]] = Counter()
@@ -134,10 +141,21 @@ def assert_follows_target(counts: Counter, distribution: dict) -> None:
     assert pvalue > ALPHA, f"sequence distribution differs from the target's (p={pvalue:.2e})"
 
 
-def test_sequences_follow_the_target_distribution() -> None:
+def test_sequences_follow_the_target_distribution(device: str) -> None:
     """Three tokens, lookahead 3: rounds with rejections at every index and all accepted."""
     config = SamplingConfig(do_sample=True, seed=0)
-    counts = sample_sequences(config, length=3, num_samples=1500)
+    counts = sample_sequences(config, length=3, num_samples=1500, devices=(device, device))
+    assert_follows_target(counts, exact_distribution(3, config))
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [pytest.param(("cuda", "cpu"), marks=CUDA), pytest.param(("cpu", "cuda"), marks=CUDA)],
+)
+def test_draft_on_another_device_keeps_the_distribution(devices: tuple[str, str]) -> None:
+    """Draft and target on different devices: each samples with its own device's generator."""
+    config = SamplingConfig(do_sample=True, seed=4)
+    counts = sample_sequences(config, length=3, num_samples=1500, devices=devices)
     assert_follows_target(counts, exact_distribution(3, config))
 
 
@@ -146,25 +164,26 @@ def test_sequences_follow_the_target_distribution() -> None:
     [(0.6, None, None), (1.0, 3, None), (1.5, 3, 0.8)],
 )
 def test_processed_sequences_follow_the_processed_target(
-    temperature: float, top_k: int | None, top_p: float | None
+    temperature: float, top_k: int | None, top_p: float | None, device: str
 ) -> None:
     config = SamplingConfig(
         do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, seed=1
     )
-    counts = sample_sequences(config, length=2, num_samples=500)
+    counts = sample_sequences(config, length=2, num_samples=500, devices=(device, device))
     assert_follows_target(counts, exact_distribution(2, config))
 
 
-def test_dynamic_lookahead_keeps_the_distribution() -> None:
+def test_dynamic_lookahead_keeps_the_distribution(device: str) -> None:
     """Stopping on the draft's own confidence depends only on the draft: still lossless."""
     config = SamplingConfig(do_sample=True, seed=2)
-    counts = sample_sequences(config, 3, 800, make_policy=lambda: DynamicPolicy(3, 0.3))
+    policy = lambda: DynamicPolicy(3, 0.3)  # noqa: E731
+    counts = sample_sequences(config, 3, 800, make_policy=policy, devices=(device, device))
     assert_follows_target(counts, exact_distribution(3, config))
 
 
-def test_target_alone_follows_the_target_distribution() -> None:
+def test_target_alone_follows_the_target_distribution(device: str) -> None:
     config = SamplingConfig(do_sample=True, top_p=0.8, seed=3)
-    counts = sample_sequences(config, length=2, num_samples=500, make_policy=None)
+    counts = sample_sequences(config, 2, 500, make_policy=None, devices=(device, device))
     assert_follows_target(counts, exact_distribution(2, config))
 
 
@@ -182,7 +201,7 @@ def no_residual(draft_tokens, draft_probs, target_probs, uniform, sample):  # no
 
 @pytest.mark.parametrize("broken,num_samples", [(accept_always, 300), (no_residual, 900)])
 def test_the_check_fails_for_a_broken_sampler(
-    monkeypatch: pytest.MonkeyPatch, broken: Callable, num_samples: int
+    monkeypatch: pytest.MonkeyPatch, broken: Callable, num_samples: int, device: str
 ) -> None:
     """The same check, with the loop's verifier swapped for a broken one, must fail.
 
@@ -191,7 +210,7 @@ def test_the_check_fails_for_a_broken_sampler(
     """
     monkeypatch.setattr(decoding, "speculative_sample", broken)
     config = SamplingConfig(do_sample=True, seed=0)
-    counts = sample_sequences(config, length=2, num_samples=num_samples)
+    counts = sample_sequences(config, 2, num_samples, devices=(device, device))
     distribution = exact_distribution(2, config)
     assert chi_square_pvalue(counts, distribution) < ALPHA
     with pytest.raises(AssertionError, match="differs from the target"):
@@ -212,9 +231,10 @@ def tiny_pair() -> tuple:
 
 @pytest.mark.parametrize("with_draft", [True, False])
 def test_same_seed_same_output_different_seed_different_output(
-    tiny_pair: tuple, with_draft: bool
+    tiny_pair: tuple, with_draft: bool, device: str
 ) -> None:
-    target, draft = tiny_pair
+    """On a GPU too, with the prompt left on the CPU: the models' adapters move it."""
+    target, draft = (copy.deepcopy(model).to(device) for model in tiny_pair)
     prompt = torch.tensor([[1, 2, 3]])
 
     def sampled(seed: int) -> list[int]:
@@ -302,7 +322,7 @@ def test_token_sampler_greedy_picks_the_argmax() -> None:
     sampler = TokenSampler(SamplingConfig(do_sample=False, temperature=0.1, top_k=1))
     logits = torch.tensor([0.1, 3.0, 2.9])
     assert int(sampler.pick(logits, sampler.probs(logits[None])[0])) == 1
-    assert not sampler.processors and sampler.generator is None
+    assert not sampler.processors and sampler.generator("cpu") is None
 
 
 # ---------------------------------------------------------------------------------------

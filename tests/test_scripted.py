@@ -219,6 +219,7 @@ def test_dynamic_policy_stops_on_low_confidence() -> None:
         max_new_tokens=9,
         num_assistant_tokens=10,
         assistant_confidence_threshold=0.5,
+        num_assistant_tokens_schedule="dynamic",
         eos_token_id=[],
         streamer=streamer,
     )
@@ -240,6 +241,7 @@ def test_dynamic_threshold_zero_never_stops_early() -> None:
         max_new_tokens=8,
         num_assistant_tokens=3,
         assistant_confidence_threshold=0.0,
+        num_assistant_tokens_schedule="dynamic",
         eos_token_id=[],
     )
     assert [r.num_drafted for r in out.stats.rounds[:5]] == [3] * 5

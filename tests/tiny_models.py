@@ -25,10 +25,20 @@ from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import torch
 
 if TYPE_CHECKING:  # transformers' model modules are imported on first use: they are slow
     from transformers import PretrainedConfig, PreTrainedModel
+
+# Marks of a test that needs a CUDA GPU: `pytest -m cuda` selects those tests alone, and
+# without a GPU they are skipped (never faked).
+CUDA = (
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine"),
+)
+# The values of a test's `device` argument (conftest parametrizes every test that takes one).
+DEVICES = ("cpu", pytest.param("cuda", marks=CUDA, id="cuda"))
 
 # Architectures `tiny_model` can build: Llama-, Qwen2-, GPT-2- and GPT-NeoX-style.
 ARCHITECTURES = ("llama", "qwen2", "gpt2", "gpt_neox")
@@ -210,6 +220,7 @@ class ScriptedModel:
     vocab_size: rows of the output distribution.
     max_length: context length reported to dynaspec's length check (None: unlimited).
     is_encoder_decoder: reported kind (begin() still returns the prompt as decoder input).
+    device: where its logits (and the tokens begin() returns) live, like a model's device.
     """
 
     def __init__(
@@ -219,8 +230,10 @@ class ScriptedModel:
         *,
         max_length: int | None = None,
         is_encoder_decoder: bool = False,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.logits_fn = logits_fn
+        self.device = torch.device(device)
         self.vocab_size = vocab_size
         self.max_length = max_length
         self.is_encoder_decoder = is_encoder_decoder
@@ -255,7 +268,7 @@ class ScriptedModel:
     def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         self.cached = []
         self.calls = []
-        return input_ids[0]
+        return input_ids[0].to(self.device)
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
         fed = [int(t) for t in new_tokens.view(-1)]
@@ -265,7 +278,7 @@ class ScriptedModel:
         self.cached.extend(fed)
         end = len(self.cached)
         rows = [self.logits_fn(tuple(self.cached[: p + 1])) for p in range(end - num_logits, end)]
-        return torch.stack(rows)  # (num_logits, V)
+        return torch.stack(rows).to(self.device)  # (num_logits, V)
 
     def crop(self, num_tokens: int) -> None:
         assert num_tokens >= 0, num_tokens

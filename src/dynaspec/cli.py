@@ -1,4 +1,4 @@
-"""Command line: `dynaspec generate | models | bench | oracle`.
+"""Command line: `dynaspec generate | models | bench | oracle | devicecheck | project`.
 
 The CLI only parses arguments and builds configuration; the work lives in the library.
 """
@@ -6,6 +6,7 @@ The CLI only parses arguments and builds configuration; the work lives in the li
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -13,9 +14,11 @@ from typing import Any
 
 import torch
 
-from dynaspec.core.config import SCHEDULES
+from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
 from dynaspec.errors import DynaspecError
-from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, load_models
+from dynaspec.models.arguments import TINY_PAIR, float_in, int_at_least, pair_name
+from dynaspec.models.dtype import DtypeChoice
+from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, dtype_choice, load_models
 from dynaspec.models.presets import DEFAULT_PAIR
 
 
@@ -23,19 +26,28 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--pair / --target / --draft / --dtype / --threads, shared by every subcommand."""
     parser.add_argument(
         "--pair",
-        default=DEFAULT_PAIR,
-        help=f"preset pair (default {DEFAULT_PAIR}; 'tiny' = built-in random models, no download)",
+        type=pair_name,
+        default=None,
+        help=f"preset pair (default: {DEFAULT_PAIR}; '{TINY_PAIR}' = built-in random models, "
+        "nothing to download)",
     )
     parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
-    parser.add_argument("--draft", help="draft model: preset name, HF folder, .gguf or hub id")
+    parser.add_argument(
+        "--draft", help="draft model (with --target): preset name, HF folder, .gguf or hub id"
+    )
     parser.add_argument(
         "--dtype",
         default=None,
         choices=DTYPE_CHOICES,
-        help=f"weights dtype (default {DEFAULT_DTYPE}: fastest on CPU; the tiny pair: float32)",
+        help=f"weights dtype (default: {DEFAULT_DTYPE}: bfloat16 where the CPU multiplies bf16 "
+        "natively (AVX512-BF16 or AMX), else float32; the tiny pair: float32). auto: the "
+        "checkpoint's own dtype",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: all cores)"
+        "--threads",
+        type=int_at_least(1, "omit --threads to use every core"),
+        default=None,
+        help="torch threads (default: all cores)",
     )
 
 
@@ -87,30 +99,62 @@ def _warm_up(models: Sequence[Any], max_length: int) -> None:
                 print(f"[{role}] {model!r}: compiled in {seconds:.1f} s", file=sys.stderr)
 
 
+def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations of model arguments that cannot work: argparse's error (exit 2)."""
+    if args.target is not None and args.pair is not None:
+        parser.error("give --pair or --target (with --draft), not both")
+    if args.draft is not None and args.target is None:
+        parser.error("--draft needs --target (a --pair brings its own draft)")
+    if args.pair is None and args.target is None:
+        args.pair = DEFAULT_PAIR
+
+
 def _add_generate(subparsers: Any) -> None:
-    p = subparsers.add_parser("generate", help="generate text with speculative decoding")
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with speculative decoding",
+        formatter_class=DefaultsHelpFormatter,
+    )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
     add_model_arguments(p)
     add_fast_arguments(p)
-    p.add_argument("--schedule", default="dynamic", choices=SCHEDULES)
-    p.add_argument("--num-assistant-tokens", type=int, default=20)
-    p.add_argument("--threshold", type=float, default=0.4, help="assistant_confidence_threshold")
-    # Generation settings left unset fall back to the model's generation_config, else to
-    # dynaspec's defaults (greedy, 128 new tokens), as in dynaspec.generate.
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=None, help="> 1 discourages repeats")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help="ban repeated n-grams")
     p.add_argument(
-        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+        "--schedule",
+        default=DEFAULT_SCHEDULE,
+        choices=SCHEDULES,
+        help="how many tokens the draft proposes per round; adaptive: measured, cost-aware; "
+        "dynamic: the published confidence rule",
     )
-    p.add_argument("--max-time", type=float, default=None, help="stop after this many seconds")
+    p.add_argument(
+        "--num-assistant-tokens",
+        type=int_at_least(1, "use --no-draft to decode with the target alone"),
+        default=20,
+        help="most tokens drafted per round",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float_in(0.0, 1.0, hint="0 turns the confidence stop off"),
+        default=0.4,
+        help="assistant_confidence_threshold: dynamic stops drafting below this draft probability",
+    )
+    _add_generation_settings(p)
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
+    p.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also draft by prompt lookup, copying up to N tokens per round "
+        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone)",
+    )
+    p.add_argument(
+        "--max-matching-ngram-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="prompt lookup matches n-grams of up to N tokens (default 2)",
+    )
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
         "--chat",
@@ -124,7 +168,112 @@ def _add_generate(subparsers: Any) -> None:
         help="also decode with the target alone and print the speedup and whether the "
         "outputs are identical",
     )
-    p.set_defaults(func=run_generate)
+    p.set_defaults(func=run_generate, check=lambda args: _check_generate_arguments(p, args))
+
+
+_FROM_CONFIG = "(default: the model's generation config, else {})"
+_GREEDY_HINT = "greedy decoding is the default: drop --sample and --temperature"
+
+
+def _add_generation_settings(p: argparse.ArgumentParser) -> None:
+    """transformers' generation settings. Left out, each follows the model's
+    generation_config, else dynaspec's default (greedy, 128 new tokens), as in generate()."""
+    p.add_argument(
+        "--max-new-tokens", type=int_at_least(1), default=None, help=_FROM_CONFIG.format(128)
+    )
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument(
+        "--temperature",
+        type=float_in(0.0, math.inf, low_open=True, hint=_GREEDY_HINT),
+        default=None,
+        help="with --sample: divide the logits by this " + _FROM_CONFIG.format(1.0),
+    )
+    p.add_argument(
+        "--top-k",
+        type=int_at_least(0, "0 keeps every token"),
+        default=None,
+        help="with --sample: keep the k most likely tokens " + _FROM_CONFIG.format("all"),
+    )
+    p.add_argument(
+        "--top-p",
+        type=float_in(0.0, 1.0, low_open=True, hint="1 keeps every token"),
+        default=None,
+        help="with --sample: keep the smallest set with this probability "
+        + _FROM_CONFIG.format("all"),
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="with --sample: seed (default: random; repeats exactly with a fixed --schedule, "
+        "not adaptive, whose rounds follow measured times)",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float_in(0.0, math.inf, low_open=True, hint="1 is no penalty"),
+        default=None,
+        help="> 1 discourages repeats",
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int_at_least(0, "0 allows every repeat"),
+        default=None,
+        help="ban repeated n-grams of this size",
+    )
+    p.add_argument(
+        "--stop", action="append", default=None, metavar="STRING", help="stop string (repeatable)"
+    )
+    p.add_argument(
+        "--max-time",
+        type=float_in(0.0, math.inf, low_open=True),
+        default=None,
+        help="stop after this many seconds",
+    )
+
+
+def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse alone cannot see; then the library's own checks of the values, all
+    before any model loads."""
+    from dynaspec.core.config import SpecConfig
+
+    check_model_arguments(parser, args)
+    if args.prompt is not None and args.text is not None:
+        parser.error("give the prompt once: as the last argument or with --prompt")
+    text = args.prompt if args.prompt is not None else args.text
+    if text is None:
+        parser.error('give a prompt: dynaspec generate "Write a function ..."')
+    if not text.strip():
+        parser.error("the prompt is empty: give some text")
+    if args.no_draft and args.draft is not None:
+        parser.error("--no-draft and --draft contradict each other: drop one")
+    if args.stop is not None and not all(args.stop):
+        parser.error("argument --stop: an empty stop string would stop at once; drop it")
+    try:
+        SpecConfig(
+            num_assistant_tokens=args.num_assistant_tokens,
+            assistant_confidence_threshold=args.threshold,
+            num_assistant_tokens_schedule=args.schedule,
+        )
+    except DynaspecError as error:
+        parser.error(error.for_cli())
+
+
+def describe_run(args: argparse.Namespace) -> str:
+    """The first line of output: the models, whether a draft runs, the schedule, the dtype."""
+    dtype = dtype_choice(args.dtype, pair=args.pair if args.target is None else None)
+    if args.dtype is not None:
+        dtype = DtypeChoice(dtype.dtype, f"--dtype {args.dtype}")
+    if args.target is None:
+        models = f"pair {args.pair}"
+    else:
+        models = f"target {args.target}" + (f" + draft {args.draft}" if args.draft else "")
+    if args.no_draft:
+        how = "the target runs alone (--no-draft)"
+    elif args.target is not None and args.draft is None:
+        how = "the target runs alone: no --draft given (add --draft to decode speculatively)"
+    else:
+        how = f"speculative, schedule {args.schedule}"
+    return f"dynaspec: {models}; {how}; dtype {dtype.line()}"
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -134,9 +283,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
-    if text is None:
-        print('error: give a prompt: dynaspec generate "Write a function ..."', file=sys.stderr)
-        return 2
+    print(describe_run(args), flush=True)
     target, draft, tokenizer = load_models(
         args.pair,
         target=args.target,
@@ -158,20 +305,26 @@ def run_generate(args: argparse.Namespace) -> int:
         num_assistant_tokens_schedule=args.schedule,
         seed=args.seed,
         tokenizer=tokenizer,
+        prompt_lookup_num_tokens=args.prompt_lookup,
+        max_matching_ngram_size=args.max_matching_ngram_size,
         **generation_keywords(args),
     )
-    if args.compare and draft is not None:  # untimed warm-up of both paths
-        warm = {**options, "max_new_tokens": min(4, args.max_new_tokens or 4)}
-        generate(target, draft, input_ids, **warm)
-        generate(target, None, input_ids, **warm)
+    plain = {**options, "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}
+    speculative = draft is not None or args.prompt_lookup is not None
+    if args.compare and speculative:  # untimed warm-up of both paths
+        warm = {"max_new_tokens": min(4, args.max_new_tokens or 4)}
+        generate(target, draft, input_ids, **{**options, **warm})
+        generate(target, None, input_ids, **{**plain, **warm})
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     out = generate(target, draft, input_ids, streamer=streamer, **options)
     summary = out.stats.summary()
     label = "target alone" if draft is None else f"{args.schedule} speculative"
+    if args.prompt_lookup is not None:
+        label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
     print(f"[{label}] {summary.line()}")
-    if args.compare and draft is not None:
+    if args.compare and speculative:
         started = time.perf_counter()
-        alone = generate(target, None, input_ids, **options)
+        alone = generate(target, None, input_ids, **plain)
         alone_s = time.perf_counter() - started
         same = torch.equal(alone.sequences, out.sequences)
         verdict = "identical" if same else "DIFFERENT"
@@ -213,11 +366,19 @@ def _explain_divergence(
     divergence = classify_mismatch(
         target, input_ids, alone[0, start:].tolist(), speculative[0, start:].tolist()
     )
+    return describe_divergence(divergence)
+
+
+def describe_divergence(divergence: Any) -> str:
+    """What a greedy divergence (a classified mismatch: kind, position, dtype, steps) means,
+    as the end of the --compare line."""
     if divergence.kind == "tie":
         return (
-            f" at new token {divergence.position}: a {divergence.dtype} tie (the target's top"
-            f" logits {divergence.steps:.1f} steps apart; multi-token and single-token forwards"
-            " round differently there), not a bug."
+            f" from new token {divergence.position} on, at a {divergence.dtype} tie: both "
+            f"tokens' logits lie within {divergence.steps:.1f} {divergence.dtype} steps of the "
+            f"target's top logit there, so either is its argmax within {divergence.dtype} "
+            "precision (a forward over several tokens rounds differently from a forward over "
+            "one). Not a bug; --dtype float32 makes such ties vanishingly rare."
         )
     return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
 
@@ -238,7 +399,11 @@ def _add_bench(subparsers: Any) -> None:
     from dynaspec.eval.bench.args import add_bench_arguments
     from dynaspec.eval.bench.run import run_bench
 
-    p = subparsers.add_parser("bench", help="benchmark schedules and peers side by side")
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark schedules and peers side by side",
+        formatter_class=DefaultsHelpFormatter,
+    )
     add_bench_arguments(p)
     p.set_defaults(func=run_bench)
 
@@ -247,9 +412,48 @@ def _add_oracle(subparsers: Any) -> None:
     from dynaspec.eval.oracle.args import add_oracle_arguments
     from dynaspec.eval.oracle.run import run_oracle
 
-    p = subparsers.add_parser("oracle", help="oracle lookahead analysis over a data set")
+    p = subparsers.add_parser(
+        "oracle",
+        help="oracle lookahead analysis over a data set",
+        formatter_class=DefaultsHelpFormatter,
+    )
     add_oracle_arguments(p)
     p.set_defaults(func=run_oracle)
+
+
+def _add_devicecheck(subparsers: Any) -> None:
+    from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
+
+    p = subparsers.add_parser(
+        "devicecheck",
+        help="cuda tests and real-shape costs on a GPU in one short run",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_devicecheck_arguments(p)
+    p.set_defaults(func=run_devicecheck)
+
+
+def _add_project(subparsers: Any) -> None:
+    from dynaspec.eval.projection import add_project_arguments, run_project
+
+    p = subparsers.add_parser(
+        "project",
+        help="project speedups from devicecheck costs and the oracle's traces",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_project_arguments(p)
+    p.set_defaults(func=run_project)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default, unless it is None or False (those say in words
+    what they do when absent) or the help text already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,16 +465,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(subparsers)
     _add_bench(subparsers)
     _add_oracle(subparsers)
+    _add_devicecheck(subparsers)
+    _add_project(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Exit codes: 0 done; 2 an argument is wrong in itself (argparse's usage error, before
+    any model loads); 1 something found wrong while working (a missing or damaged file, a
+    model that does not fit), printed as one line "error: ..." with the fix."""
+    try:
+        args = build_parser().parse_args(argv)
+        check = getattr(args, "check", None)
+        if check is not None:
+            check(args)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
     try:
         return int(args.func(args) or 0)
     except DynaspecError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err.for_cli()}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 
 class DynaspecError(Exception):
-    """Base class of every error dynaspec raises on purpose."""
+    """Base class of every error dynaspec raises on purpose.
+
+    `str(error)` tells the fix in Python's words (parameter names). Where the command line
+    spells the fix differently (a flag instead of a parameter), `cli_message` holds that
+    wording and `for_cli()` returns it.
+    """
+
+    def __init__(self, message: str, *, cli_message: str | None = None) -> None:
+        super().__init__(message)
+        self.cli_message = cli_message  # the same error in the CLI's words, if they differ
+
+    def for_cli(self) -> str:
+        """The message as the command line should print it."""
+        return self.cli_message or str(self)
 
 
 class ConfigError(DynaspecError, ValueError):
@@ -32,7 +45,13 @@ class ModelNotAvailableError(DynaspecError, FileNotFoundError):
 
 
 class CorruptModelFileError(DynaspecError, OSError):
-    """A joined or cached model file failed verification (size, magic bytes, sha256)."""
+    """A model file or folder is damaged or unreadable: a slice, GGUF or cache folder that
+    fails verification (size, magic bytes, sha256, truncation), or a model folder whose
+    config.json or weights transformers cannot read."""
+
+
+class CacheNotWritableError(DynaspecError, OSError):
+    """The model cache folder cannot be created or written; the message says how to move it."""
 
 
 class DataNotAvailableError(DynaspecError, FileNotFoundError):
@@ -47,3 +66,10 @@ class UnsupportedOptionError(DynaspecError, ValueError):
     """A generation option speculative decoding cannot reproduce (beam search, several
     sequences, a padded batch, a processor that runs the model); the message names the
     alternative."""
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """Another library's error message on one line, at most `limit` characters: for quoting
+    it inside one of ours."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.backends import as_adapter
-from dynaspec.core.config import SpecConfig
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.protocols import LookaheadPolicy
@@ -23,7 +23,7 @@ from dynaspec.core.validation import (
     check_prompt,
     check_token_ids,
 )
-from dynaspec.drafters import ModelDrafter
+from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.policies import make_policy
 
 if TYPE_CHECKING:
@@ -39,10 +39,12 @@ def generate(
     *,
     num_assistant_tokens: int = 20,
     assistant_confidence_threshold: float = 0.4,
-    num_assistant_tokens_schedule: str = "dynamic",
+    num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE,
     seed: int | None = None,
     streamer: Any = None,
     policy: LookaheadPolicy | None = None,
+    prompt_lookup_num_tokens: int | None = None,
+    max_matching_ngram_size: int | None = None,
     generation_config: Any = None,
     logits_processor: Sequence[Any] | None = None,
     stopping_criteria: Sequence[Any] | None = None,
@@ -63,9 +65,13 @@ def generate(
     The target's generation_config applies where the call is silent (see core/settings.py);
     `generation_config=` replaces it (`GenerationConfig()`: a clean slate). `logits_processor`
     and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
-    Parameter names follow transformers' assisted generation. `policy` overrides the
+    Parameter names follow transformers' assisted generation. The default schedule is
+    "adaptive" (cost-aware: it drafts only while its measured costs say drafting pays);
+    "dynamic" is the published confidence rule, transformers' default. `policy` overrides the
     schedule with a policy object the caller owns; it is not reset, so what it learned
     carries over between calls (call `policy.reset()` to start afresh).
+    `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
+    default 2): alone with `draft=None`, else with the draft model as a hybrid (drafters/).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(
@@ -74,20 +80,18 @@ def generate(
         num_assistant_tokens_schedule=num_assistant_tokens_schedule,
     )
     prompt = check_prompt(input_ids)
-    check_attention_mask(attention_mask, prompt)
-    target_adapter = as_adapter(target)
-    draft_adapter = as_adapter(draft) if draft is not None else None
-    check_pair(target_adapter, draft_adapter)
-    check_token_ids(prompt, target_adapter.vocab_size)
+    target_adapter, draft_adapter = _checked_adapters(target, draft, prompt, attention_mask)
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
     settings = resolve_settings(kwargs, target, generation_config, input_length, seed)
     limits = settings.limits
     models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
     check_lengths(models, prompt.shape[1], limits.max_new_tokens)
+    lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
     if policy is None:
         policy = make_policy(spec)
         policy.reset()
-    # Processors run where the target's logits and the committed tokens live.
+    # Processors run where the target's logits and the committed tokens live; each model
+    # samples with a generator on its own device, the target's seeded with `seed`.
     on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
     processors = full_processor_list(
         settings.sampling, settings.processors, logits_processor, on_target, input_length, limits
@@ -96,10 +100,24 @@ def generate(
     criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
     with torch.inference_mode():
-        drafter = ModelDrafter(draft_adapter) if draft_adapter is not None else None
+        drafter = make_drafter(
+            draft_adapter, target_adapter.vocab_size, limits.eos_token_ids, lookup
+        )
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
         )
     output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return output
+
+
+def _checked_adapters(
+    target: Any, draft: Any, prompt: torch.Tensor, attention_mask: torch.Tensor | None
+) -> tuple[Any, Any]:
+    """The two models as adapters, after the checks that need no settings."""
+    check_attention_mask(attention_mask, prompt)
+    target_adapter = as_adapter(target)
+    draft_adapter = as_adapter(draft) if draft is not None else None
+    check_pair(target_adapter, draft_adapter)
+    check_token_ids(prompt, target_adapter.vocab_size)
+    return target_adapter, draft_adapter

@@ -116,7 +116,7 @@ class HFAdapter:
         if self._supports_logits_to_keep:
             kwargs["logits_to_keep"] = num_logits
         ids_key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
-        kwargs[ids_key] = new_tokens.view(1, -1)  # (1, n)
+        kwargs[ids_key] = new_tokens.to(self.device).view(1, -1)  # (1, n), on this model
         out = self.model(**kwargs, **self._encoder_kwargs)
         cache = getattr(out, "cache", None)
         self.cache = cache if cache is not None else out.past_key_values

@@ -10,6 +10,9 @@ from dynaspec.errors import ConfigError
 # Schedules accepted in `num_assistant_tokens_schedule`. "heuristic_transient" is transformers'
 # name for a heuristic that starts afresh every call, which is what every dynaspec policy does.
 SCHEDULES = ("dynamic", "heuristic", "heuristic_transient", "constant", "adaptive")
+# The default: cost-aware, it drafts only while its measured costs say drafting pays. "dynamic"
+# is the published confidence rule (Mamou et al. 2024), transformers' default.
+DEFAULT_SCHEDULE = "adaptive"
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class SpecConfig:
 
     num_assistant_tokens: int = 20  # most tokens drafted in one round (start value for heuristic)
     assistant_confidence_threshold: float = 0.4  # dynamic: stop drafting below this draft prob
-    num_assistant_tokens_schedule: str = "dynamic"  # one of SCHEDULES
+    num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE  # one of SCHEDULES
 
     def __post_init__(self) -> None:
         if isinstance(self.num_assistant_tokens, bool) or not isinstance(

@@ -58,8 +58,8 @@ def speculative_round(
     """One round over committed `tokens` (n,); drafts at most `max_draft` tokens, and
     nothing after a drafted EOS (if the target accepts it, generation ends there)."""
     wanted = 0
-    if drafter is not None:  # the draft's catch-up, and the most tokens still to emit
-        wanted = policy.max_lookahead(drafter.catchup(tokens.numel()), max_draft + 1)
+    if drafter is not None:  # what the policy wants drafted, of at most the tokens still to emit
+        wanted = drafter.max_lookahead(tokens, policy, max_draft + 1)
     lookahead = min(wanted, max_draft)
     # "none": nothing wanted; "length": the room left cut the draft (to 0 on the last token).
     stop_reason = "none" if wanted == 0 else ("length" if wanted > max_draft else "max")
@@ -96,6 +96,8 @@ def speculative_round(
         num_verified=verify_input.numel(),
         draft_forwards=proposal.forwards,
         draft_catchup=proposal.catchup,
+        num_lookup=proposal.num_lookup,
+        lookup_match=proposal.lookup_match,
     )
     new_tokens = torch.cat([draft_tokens[:num_accepted], next_token.view(1)])
     return _Round(new_tokens, result, stop_reason, target_scores, target_logits)
@@ -175,6 +177,7 @@ def decode(
                 - result.draft_time_s
                 - result.target_time_s,
                 confidences=result.confidences,
+                num_lookup=result.num_lookup,
             )
         )
     if streamer is not None:

@@ -6,9 +6,11 @@ docs/architecture.md for the layers and the path of a token through a round.
 
 - `ModelAdapter`: a model behind a cache that can roll back (backends/).
 - `LookaheadPolicy`: how many tokens to draft, and when to stop (policies/).
-- `Drafter`: a source of draft tokens (drafters/): a draft model today.
+- `Drafter`: a source of draft tokens (drafters/): a draft model, prompt lookup, or both.
 - `DraftStep`, `RoundResult`: what a policy sees during and after a round.
 - `Proposal`: what a drafter hands to the verification.
+- `DraftOptions`, `DraftPlan`, `SourcePlanner`: what the draft sources offer before a round,
+  and a policy that chooses among them itself (the cost-aware one does).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class RoundResult:
     num_verified: int  # tokens in the target's verification forward (num_drafted + 1 usually)
     draft_forwards: int  # draft forward calls this round
     draft_catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
+    num_lookup: int = 0  # of the drafted tokens, the first ones copied by prompt lookup
+    lookup_match: int = 0  # tokens the lookup match agreed on, back from the newest (0: none)
 
 
 @runtime_checkable
@@ -108,6 +112,35 @@ class Proposal:
     draft_time_s: float = 0.0  # wall time spent proposing (catch-up included)
     forwards: int = 0  # draft model forward calls
     catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
+    num_lookup: int = 0  # of `tokens`, the first ones copied by prompt lookup (point masses)
+    lookup_match: int = 0  # tokens the lookup match agreed on, back from the newest (0: none)
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    """What the draft sources offer before a round: a function of the committed tokens only."""
+
+    model_catchup: int | None  # tokens the draft model must be fed before its first
+    #                            proposal (1: in step); None: there is no draft model
+    lookup_tokens: int = 0  # tokens of the prompt-lookup continuation on offer (0: no match)
+    lookup_match: int = 0  # tokens the match agrees on, back from the newest (0: no match)
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """Which sources draft in a round, and how far; fixed before any token is drafted."""
+
+    lookup_tokens: int  # propose this many prompt-lookup tokens first
+    model_tokens: int  # then at most this many draft-model tokens (0: the model stands aside)
+
+
+@runtime_checkable
+class SourcePlanner(Protocol):
+    """A policy that chooses the draft sources of a round itself (optional). For any other
+    policy, lookup proposes its whole continuation and the model carries on after it up to
+    the policy's `max_lookahead` (dynaspec.drafters.plan_round)."""
+
+    def plan_sources(self, options: DraftOptions, remaining: int | None) -> DraftPlan: ...
 
 
 @runtime_checkable
@@ -119,8 +152,12 @@ class Drafter(Protocol):
         """Start a sequence from a (1, T) prompt (`max_length`: see ModelAdapter.begin)."""
         ...
 
-    def catchup(self, num_committed: int) -> int:
-        """Committed tokens the drafter must still be fed before its first proposal."""
+    def max_lookahead(
+        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
+    ) -> int:
+        """The most tokens to draft after the committed `tokens` (n,) this round (0: none),
+        as `policy` decides from what this source offers; `remaining` = the most tokens the
+        call can still emit. Depends on committed tokens only; `propose` follows it."""
         ...
 
     def propose(

@@ -5,10 +5,17 @@ order: see core/processing.py) is applied to draft and target, each row with the
 of its own position, which speculative sampling requires for the output to follow the
 target's processed distribution exactly. With no processors the logits pass through as they
 are (the fast path of plain greedy decoding).
+
+Random draws come from one seeded generator per device: a draw on a tensor uses the
+generator on that tensor's device, so the draft samples on its own device and the
+verification's uniforms and tokens come from the target's. With both models on one device
+they share one stream; on two devices the second stream is seeded from `seed` and the
+device's name, so the two never repeat each other's draws.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import torch
@@ -28,12 +35,12 @@ class TokenSampler:
         processors: Sequence[LogitsProcessor] | None = None,
     ) -> None:
         self.config = config
+        # The device whose generator is seeded with `seed` itself (the target's).
+        self.home = _canonical(device)
         # Every processor and warper in transformers' order (None: the config's warpers only).
         # Called directly, not through LogitsProcessorList (which inspects signatures per call).
         self.processors = list(build_warpers(config) if processors is None else processors)
-        self.generator: torch.Generator | None = None
-        if config.do_sample and config.seed is not None:
-            self.generator = torch.Generator(device=device).manual_seed(config.seed)
+        self._generators: dict[torch.device, torch.Generator] = {}
 
     def process(
         self,
@@ -66,12 +73,34 @@ class TokenSampler:
         transformers' greedy decoding), or a sample from probs."""
         if not self.config.do_sample:
             return scores.argmax(-1)
-        return torch.multinomial(probs, 1, generator=self.generator)[0]
+        return self.sample(probs)
 
     def uniform(self, n: int, device: torch.device | str) -> torch.Tensor:
-        """(n,) uniform draws in [0, 1) from this sampler's generator."""
-        return torch.rand(n, generator=self.generator, device=device)
+        """(n,) uniform draws in [0, 1) on `device`, from that device's generator."""
+        return torch.rand(n, generator=self.generator(device), device=device)
 
     def sample(self, probs: torch.Tensor) -> torch.Tensor:
-        """One token (0-dim LongTensor) drawn from a (V,) distribution."""
-        return torch.multinomial(probs, 1, generator=self.generator)[0]
+        """One token (0-dim LongTensor) drawn from a (V,) distribution, on its device."""
+        return torch.multinomial(probs, 1, generator=self.generator(probs.device))[0]
+
+    def generator(self, device: torch.device | str) -> torch.Generator | None:
+        """The seeded generator on `device` (made on first use); None when not seeded."""
+        if not self.config.do_sample or self.config.seed is None:
+            return None
+        device = _canonical(device)
+        generator = self._generators.get(device)
+        if generator is None:
+            seed = self.config.seed
+            if device != self.home:  # another stream: never the home device's draws again
+                seed = (zlib.crc32(f"{seed}:{device}".encode()) ^ (seed << 32)) & (2**63 - 1)
+            generator = torch.Generator(device=device).manual_seed(seed)
+            self._generators[device] = generator
+        return generator
+
+
+def _canonical(device: torch.device | str) -> torch.device:
+    """`device` with its index ("cuda" -> "cuda:0"), so one device has one generator."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -19,6 +19,7 @@ class RoundRecord:
     target_time_s: float  # wall time inside the target's forward
     other_time_s: float  # the rest of the round: sampling, verification, bookkeeping
     confidences: tuple[float, ...] = ()  # draft probability of each drafted token
+    num_lookup: int = 0  # of the drafted tokens, the first ones copied by prompt lookup
 
     @property
     def time_s(self) -> float:

@@ -75,18 +75,30 @@ def check_lengths(
                     f"{adapter.max_length} positions: shorten the prompt"
                 )
             if 1 + max_new_tokens > adapter.max_length:
-                raise InputError(
-                    f"the decoder start token + max_new_tokens ({max_new_tokens}) exceeds the "
-                    f"decoder's {adapter.max_length} positions: lower max_new_tokens to "
+                raise _context_error(
+                    f"the decoder start token + {{name}} ({max_new_tokens}) exceeds the "
+                    f"decoder's {adapter.max_length} positions: lower {{name}} to "
                     f"{adapter.max_length - 1}"
                 )
             continue
         if prompt_tokens + max_new_tokens > adapter.max_length:
-            raise InputError(
-                f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
-                f"the model's context of {adapter.max_length} tokens: shorten the prompt or "
-                f"lower max_new_tokens to {max(adapter.max_length - prompt_tokens, 0)}"
+            room = adapter.max_length - prompt_tokens
+            fix = f"shorten the prompt or lower {{name}} to {room}"
+            if room < 1:  # no new token fits: only a shorter prompt helps
+                fix = f"shorten the prompt to at most {adapter.max_length - 1} tokens"
+            raise _context_error(
+                f"prompt ({prompt_tokens} tokens) + {{name}} ({max_new_tokens}) exceeds "
+                f"the model's context of {adapter.max_length} tokens: {fix}"
             )
+
+
+def _context_error(template: str) -> InputError:
+    """An InputError whose `{name}` is max_new_tokens in Python and --max-new-tokens on the
+    command line."""
+    return InputError(
+        template.format(name="max_new_tokens"),
+        cli_message=template.format(name="--max-new-tokens"),
+    )
 
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:

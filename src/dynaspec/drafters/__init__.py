@@ -1,5 +1,49 @@
-"""Draft sources behind one seam (`dynaspec.core.protocols.Drafter`)."""
+"""Draft sources behind one seam (`dynaspec.core.protocols.Drafter`): a draft model, prompt
+lookup, or both (the hybrid); `make_drafter` picks one from generate()'s arguments."""
 
+from __future__ import annotations
+
+from dynaspec.core.protocols import Drafter, ModelAdapter
 from dynaspec.drafters.draft_model import ModelDrafter
+from dynaspec.drafters.hybrid import HybridDrafter
+from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
+from dynaspec.errors import ConfigError
 
-__all__ = ["ModelDrafter"]
+__all__ = [
+    "HybridDrafter",
+    "LookupConfig",
+    "ModelDrafter",
+    "PromptLookupDrafter",
+    "lookup_config",
+    "make_drafter",
+]
+
+
+def lookup_config(
+    prompt_lookup_num_tokens: int | None, max_matching_ngram_size: int | None
+) -> LookupConfig | None:
+    """generate()'s prompt-lookup keywords as a config (None: no prompt lookup)."""
+    if prompt_lookup_num_tokens is None:
+        if max_matching_ngram_size is not None:
+            raise ConfigError(
+                "max_matching_ngram_size only acts with prompt lookup: pass "
+                "prompt_lookup_num_tokens too (e.g. 10)"
+            )
+        return None
+    ngram = 2 if max_matching_ngram_size is None else max_matching_ngram_size
+    return LookupConfig(prompt_lookup_num_tokens, ngram)
+
+
+def make_drafter(
+    draft: ModelAdapter | None,
+    vocab_size: int,
+    eos_token_ids: tuple[int, ...],
+    lookup: LookupConfig | None = None,
+) -> Drafter | None:
+    """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
+    config), both (the hybrid), or None (the target alone)."""
+    model = ModelDrafter(draft) if draft is not None else None
+    if lookup is None:
+        return model
+    copier = PromptLookupDrafter(lookup, vocab_size, eos_token_ids)
+    return copier if model is None else HybridDrafter(model, copier)

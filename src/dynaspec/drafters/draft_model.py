@@ -33,7 +33,13 @@ class ModelDrafter:
         self.model.begin(input_ids, max_length=max_length)
 
     def catchup(self, num_committed: int) -> int:
+        """Committed tokens the draft must still be fed before its first proposal."""
         return num_committed - self.model.num_cached
+
+    def max_lookahead(
+        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
+    ) -> int:
+        return policy.max_lookahead(self.catchup(tokens.numel()), remaining)
 
     def propose(
         self,
@@ -42,11 +48,14 @@ class ModelDrafter:
         policy: LookaheadPolicy,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
+        first_index: int = 0,
     ) -> Proposal:
+        """Drafts after `tokens` (committed, then any tokens another source proposed this
+        round: `first_index` of them, which offsets the DraftStep index the policy sees)."""
         per_token = getattr(policy, "needs_confidence", True)
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
-        drafted: list[torch.Tensor] = []  # 0-dim token ids, on the device
+        drafted: list[torch.Tensor] = []  # 0-dim token ids
         rows: list[torch.Tensor] = []  # (V,) distributions, sampling only
         checks: list[torch.Tensor] = []  # per token: (token, confidence, finite) as float64
         steps: list[DraftStep] = []
@@ -54,6 +63,10 @@ class ModelDrafter:
         started = device_clock(self.device)
         for index in range(lookahead):
             logits = self.model.forward(pending, 1)[0]  # (V,)
+            if sampler.processors and logits.device != tokens.device:
+                # transformers' processors hold tensors on the target's device: a draft on
+                # another device is processed, and samples, there.
+                logits = logits.to(tokens.device)
             # Processed with the committed tokens + this round's drafts as the prefix.
             scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
             probs = sampler.normalize(scores[None])[0]  # (V,)
@@ -67,28 +80,31 @@ class ModelDrafter:
                 rows.append(probs)
             checks.append(torch.stack([token.double(), probs[token].double(), _finite(logits)]))
             if per_token:  # one transfer: the token, its confidence and the check
-                step, reason = self._step(checks[-1].tolist(), index, tokens, policy, eos_token_ids)
+                step, reason = self._step(
+                    checks[-1].tolist(), index, first_index, tokens, policy, eos_token_ids
+                )
                 steps.append(step)
                 if reason is not None:
                     stop_reason = reason
                     break
             pending = token.view(1)
-        forwards = len(drafted)
         if not per_token and drafted:  # one transfer for the whole draft, then the policy
             for index, values in enumerate(torch.stack(checks).tolist()):
-                step, reason = self._step(values, index, tokens, policy, eos_token_ids)
+                step, reason = self._step(values, index, first_index, tokens, policy, eos_token_ids)
                 steps.append(step)
                 if reason is not None:
                     stop_reason = reason
                     break
         kept = len(steps)
+        # (k,) tokens and (k, V) rows on the committed tokens' (target's) device, wherever
+        # the draft runs.
         return Proposal(
-            tokens=torch.stack(drafted[:kept]) if kept else tokens.new_empty(0),  # (k,)
-            probs=torch.stack(rows[:kept]) if rows else None,  # (k, V)
+            tokens=torch.stack(drafted[:kept]).to(tokens.device) if kept else tokens.new_empty(0),
+            probs=torch.stack(rows[:kept]).to(tokens.device) if rows else None,  # (k, V)
             confidences=tuple(step.confidence for step in steps),
             stop_reason=stop_reason,
             draft_time_s=device_clock(self.device) - started,
-            forwards=forwards,
+            forwards=len(drafted),
             catchup=catchup,
         )
 
@@ -96,14 +112,16 @@ class ModelDrafter:
         self,
         values: list[float],
         index: int,
+        first_index: int,
         tokens: torch.Tensor,
         policy: LookaheadPolicy,
         eos_token_ids: tuple[int, ...],
     ) -> tuple[DraftStep, str | None]:
-        """The DraftStep of one drafted token (host values), and why drafting stops there."""
+        """The DraftStep of the `index`-th drafted token (host values; `first_index` tokens
+        another source proposed come before it), and why drafting stops there (None: on)."""
         token, confidence, finite = values
         check_finite(finite == 1.0, self.model)
-        step = DraftStep(index, tokens.numel() + index, int(token), confidence)
+        step = DraftStep(first_index + index, tokens.numel() + index, int(token), confidence)
         if step.token in eos_token_ids:
             return step, "eos"
         if policy.should_stop(step):

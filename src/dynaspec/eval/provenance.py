@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from dynaspec.models.dtype import cpu_features, machine_dtype
+
 
 def library_versions() -> dict[str, str | None]:
     """Versions of the libraries that decide the timings."""
@@ -29,7 +31,9 @@ def library_versions() -> dict[str, str | None]:
 
 
 def machine_info() -> dict[str, Any]:
-    """Platform, CPU model and counts, torch threads."""
+    """Platform, CPU model and counts, the CPU's instruction sets that decide speed (avx2,
+    avx512f, avx512_bf16, amx) and torch's CPU capability, the dtype dynaspec chooses for
+    this machine and why, torch threads."""
     cpu_model = None
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -39,12 +43,16 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     affinity = getattr(os, "sched_getaffinity", None)
+    machine = machine_dtype()
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_model": cpu_model or platform.processor() or None,
         "cpu_count": os.cpu_count(),
         "usable_cpus": len(affinity(0)) if affinity else os.cpu_count(),
+        "cpu_features": cpu_features().record(),
+        "machine_dtype": machine.name,
+        "machine_dtype_reason": machine.reason,
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.is_available(),
     }

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -30,7 +31,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynaspec.errors import CorruptModelFileError, MissingDependencyError, ModelNotAvailableError
+from dynaspec.errors import (
+    CacheNotWritableError,
+    CorruptModelFileError,
+    MissingDependencyError,
+    ModelNotAvailableError,
+    UnsupportedModelError,
+    one_line,
+)
 from dynaspec.models.presets import GgufSlice, ModelPreset
 
 GGUF_MAGIC = b"GGUF"  # first four bytes of every GGUF file
@@ -66,6 +74,27 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 def dtype_name(dtype: torch.dtype) -> str:
     """`torch.bfloat16` -> "bfloat16"."""
     return str(dtype).removeprefix("torch.")
+
+
+def writable_folder(folder: Path) -> Path:
+    """Create `folder` if needed and check that a file can be written in it.
+
+    Raises CacheNotWritableError saying how to move the cache (cache_dir= in Python,
+    DYNASPEC_CACHE on the command line).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        reason = f"{type(error).__name__}: {error.strerror or error}"
+        raise CacheNotWritableError(
+            f"cannot write the model cache folder {folder} ({reason}): pass cache_dir= a "
+            "writable folder, or set the DYNASPEC_CACHE environment variable to one",
+            cli_message=f"cannot write the model cache folder {folder} ({reason}): set "
+            "DYNASPEC_CACHE to a writable folder, e.g. DYNASPEC_CACHE=/tmp/dynaspec dynaspec ...",
+        ) from error
+    return folder
 
 
 # ----------------------------------------------------------------------------- slices
@@ -241,7 +270,7 @@ def join_slices(
     renames to `dest` only when every check passed. On any failure (or interrupt) the
     temp file is deleted and `dest` is left as it was.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    writable_folder(dest.parent)
     remove_leftovers(dest.parent, dest.name)
     handle_fd, temp_name = tempfile.mkstemp(
         dir=dest.parent, prefix=f".{dest.name}.{os.getpid()}.", suffix=".partial"
@@ -386,19 +415,27 @@ def build_folder(
     _check_dependencies()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    writable_folder(folder.parent)
     remove_leftovers(folder.parent, folder.name)
     temp = Path(
         tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.{os.getpid()}.", suffix=".tmp")
     )
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent,
-            gguf_file=gguf_path.name,
-            dtype=dtype,
-            **_dequantize_kwargs(),
-        )
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent,
+                gguf_file=gguf_path.name,
+                dtype=dtype,
+                **_dequantize_kwargs(),
+            )
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as error:
+            raise UnsupportedModelError(
+                f"transformers {_transformers_version()} cannot convert {gguf_path} "
+                f"({type(error).__name__}: {one_line(error)}): pass a GGUF of an "
+                "architecture transformers reads (llama, qwen2, gemma3, ...) or a "
+                "transformers model folder"
+            ) from error
         if eos_token_ids:
             model.generation_config.eos_token_id = list(eos_token_ids)
         model.save_pretrained(temp)
@@ -495,4 +532,26 @@ def ensure_file_folder(
     folder = resolve_cache_dir(cache_dir) / "hf" / f"file-{path.stem}-{key}-{dtype_name(dtype)}"
     if is_complete_folder(folder):
         return folder
+    check_gguf_structure(path, fix="download it again, or check the path")
     return build_folder(path, folder, dtype=dtype, source={"source_path": str(path)})
+
+
+def check_gguf_structure(path: Path, *, fix: str) -> None:
+    """Read the GGUF's header and tensor table (with the `gguf` package) and check that
+    every tensor lies inside the file; a file cut short raises CorruptModelFileError."""
+    _check_dependencies()
+    from gguf import GGUFReader
+
+    size = path.stat().st_size
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as error:
+        raise CorruptModelFileError(
+            f"{path} ({size} bytes) cannot be read as a GGUF, so it is cut short or damaged "
+            f"(the gguf package: {type(error).__name__}: {one_line(error)}); {fix}"
+        ) from error
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise CorruptModelFileError(
+            f"{path} is truncated: its tensors end at byte {end}, the file has {size}; {fix}"
+        )

@@ -20,9 +20,20 @@ from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,
     IncompatibleModelsError,
+    MissingDependencyError,
     ModelNotAvailableError,
+    one_line,
 )
 from dynaspec.models import cache as model_cache
+from dynaspec.models.devices import DeviceArg, resolve_device
+from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
+    AUTO,
+    DEFAULT_DTYPE,
+    DTYPE_CHOICES,
+    DtypeChoice,
+    choose_dtype,
+    machine_dtype,
+)
 from dynaspec.models.presets import (
     DEFAULT_PAIR,
     ModelPreset,
@@ -33,6 +44,7 @@ from dynaspec.models.presets import (
     model_presets,
     pair_presets,
 )
+from dynaspec.models.quiet import no_progress_bars
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -42,13 +54,10 @@ if TYPE_CHECKING:
 DTypeArg = str | torch.dtype | None
 CacheDirArg = str | os.PathLike[str] | None
 
-DTYPE_CHOICES = ("bfloat16", "float32", "float16")  # --dtype of generate, bench and oracle
-DEFAULT_DTYPE = "bfloat16"  # the dtype of presets and .gguf files when none is given
-
+# Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 # load_pair's default draft_quantize: quantize the draft as the target.
 SAME_AS_TARGET = "same"
 
-# Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 _TOKENIZER_PROBE = (
     "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + "
     "fibonacci(n - 2)  # naïve ✓\n\nThe quick brown fox – 42 € – 東京 🚀\t<tag/>"
@@ -65,31 +74,23 @@ class ModelPair:
     tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
 
 
-def resolve_dtype(dtype: DTypeArg, *, none_means: torch.dtype | str) -> torch.dtype | str:
-    """A torch dtype from "bfloat16" / "float16" / "float32" / torch.dtype / "auto".
+def resolve_dtype(
+    dtype: DTypeArg, *, auto_means: torch.dtype | str, device: DeviceArg = None
+) -> torch.dtype | str:
+    """A torch dtype from "machine" / "auto" / "bfloat16" / "float16" / "float32" / a dtype.
 
-    None gives `none_means`: float32 for GGUF (its dequantized precision), "auto" (the
-    checkpoint's own dtype) for transformers folders and hub ids.
+    None and "machine" give the machine's dtype for `device` (None: the CPU;
+    dynaspec.models.dtype.machine_dtype: bf16 where the CPU multiplies bf16 natively, else
+    float32; bf16 on a GPU). "auto" gives `auto_means`: the checkpoint's own dtype, float32
+    for GGUF (its dequantized precision).
     """
-    if dtype is None:
-        return none_means
-    if isinstance(dtype, torch.dtype):
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ConfigError(f"dtype {dtype} is not supported: use one of {DTYPE_CHOICES}")
-        return dtype
-    name = dtype.strip().lower().removeprefix("torch.")
-    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
-    name = aliases.get(name, name)
-    if name == "auto":
-        return none_means
-    if name not in DTYPE_CHOICES:
-        raise ConfigError(f"unknown dtype {dtype!r}: use one of {DTYPE_CHOICES}, or None")
-    return getattr(torch, name)
+    choice = choose_dtype(dtype, "cpu" if device is None else device)
+    return auto_means if choice.dtype == AUTO else choice.dtype
 
 
-def _gguf_dtype(dtype: DTypeArg) -> torch.dtype:
-    """The dtype a GGUF is dequantized to: None and "auto" mean float32."""
-    torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
+def _gguf_dtype(dtype: DTypeArg, device: DeviceArg = None) -> torch.dtype:
+    """The dtype a GGUF is dequantized to: "auto" means float32."""
+    torch_dtype = resolve_dtype(dtype, auto_means=torch.float32, device=device)
     assert isinstance(torch_dtype, torch.dtype)
     return torch_dtype
 
@@ -108,8 +109,10 @@ def set_threads(threads: int | None) -> int:
 
 
 def _load_folder(
-    folder: Path | str, dtype: torch.dtype | str
+    folder: Path | str, dtype: torch.dtype | str, device: DeviceArg = None, *, fix: str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a transformers folder or hub id, quietly; what transformers cannot read raises
+    CorruptModelFileError ending in `fix`, a missing package MissingDependencyError."""
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
@@ -117,28 +120,36 @@ def _load_folder(
         AutoTokenizer,
     )
 
-    config = AutoConfig.from_pretrained(folder)
-    # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
-    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = auto.from_pretrained(folder, dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    try:
+        with no_progress_bars():
+            config = AutoConfig.from_pretrained(folder)
+            # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
+            auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+            model = auto.from_pretrained(folder, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"loading {folder} needs a package that is not installed: {one_line(error)}"
+        ) from error
+    except Exception as error:  # transformers raises OSError, ValueError, TypeError, ...
+        raise CorruptModelFileError(
+            f"transformers could not load {folder} ({type(error).__name__}: "
+            f"{one_line(error)}); {fix}"
+        ) from error
     model.eval()
+    target_device = resolve_device(device)
+    if target_device is not None:
+        model.to(target_device)
     return model, tokenizer
 
 
 def _load_cached_folder(
-    folder: Path, dtype: torch.dtype
+    folder: Path, dtype: torch.dtype, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
-    from safetensors import SafetensorError
-
-    try:
-        return _load_folder(folder, dtype)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        raise CorruptModelFileError(
-            f"the cached model in {folder} could not be loaded ({type(error).__name__}: "
-            f"{error}); delete that folder and load again to rebuild it"
-        ) from error
+    return _load_folder(
+        folder, dtype, device, fix="delete that folder and load again to rebuild it"
+    )
 
 
 def load_preset(
@@ -148,12 +159,14 @@ def load_preset(
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
     progress: bool = True,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a preset through the model cache (built on first use). Returns (model, tokenizer)."""
+    resolve_device(device)  # a bad device fails before a long first build
     set_threads(threads)
-    torch_dtype = _gguf_dtype(dtype)
+    torch_dtype = _gguf_dtype(dtype, device)
     folder = model_cache.ensure_preset_folder(preset, torch_dtype, cache_dir, progress=progress)
-    return _load_cached_folder(folder, torch_dtype)
+    return _load_cached_folder(folder, torch_dtype, device)
 
 
 def load_model(
@@ -162,6 +175,7 @@ def load_model(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
     static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
@@ -175,37 +189,45 @@ def load_model(
     (`quantize="int8"`). It exposes `config`, `generation_config`, `device` and
     `compile_time_s`; the transformers model itself is released. Llama/Qwen2-style only.
     """
-    model, tokenizer = _load_model(name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir)
+    model, tokenizer = _load_model(
+        name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
+    )
     return make_fast(model, static=static, compile=compile, quantize=quantize), tokenizer
 
 
 def _load_model(
     name_or_path: str | os.PathLike[str],
     *,
-    dtype: DTypeArg = "bfloat16",
+    dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The transformers model and tokenizer (see load_model).
+    """The transformers model and its tokenizer (see load_model).
 
     name_or_path: a preset name ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
     "smollm2-135m", "gemma3-270m"; see `dynaspec models`), a transformers folder, a
     .gguf file (dequantized once into the cache), or a Hugging Face hub id.
-    dtype: "bfloat16" (default), "float16", "float32", a torch.dtype, or None for the
-    checkpoint's own precision (float32 for GGUF).
+    dtype: None or "machine" (default: for `device`, bf16 where the CPU multiplies bf16
+    natively, else float32, and bf16 on a GPU; see dynaspec.models.dtype), "auto" (the
+    checkpoint's own dtype; float32 for GGUF), "bfloat16", "float16", "float32", or a
+    torch.dtype.
     threads: torch intra-op threads; None uses every core.
     cache_dir: model cache root; None uses $DYNASPEC_CACHE or the user cache folder.
+    device: where the model runs ("cpu", "cuda", "cuda:1", a torch.device); None keeps it
+    where transformers loads it (the CPU).
     """
+    resolve_device(device)  # a bad device fails before a long load
     text = os.fspath(name_or_path)
     preset = find_model_preset(text) if isinstance(name_or_path, str) else None
     if preset is not None:
-        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir)
+        return load_preset(preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device)
     path = Path(text).expanduser()
     if path.is_file():
         set_threads(threads)
-        torch_dtype = _gguf_dtype(dtype)
+        torch_dtype = _gguf_dtype(dtype, device)
         folder = model_cache.ensure_file_folder(path, torch_dtype, cache_dir)
-        return _load_cached_folder(folder, torch_dtype)
+        return _load_cached_folder(folder, torch_dtype, device)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotAvailableError(
@@ -213,10 +235,12 @@ def _load_model(
                 "a folder written by save_pretrained(), or the path of a .gguf file"
             )
         set_threads(threads)
-        return _load_folder(path, resolve_dtype(dtype, none_means="auto"))
+        fix = "check its config.json and weights (a folder written by save_pretrained() loads)"
+        folder_dtype = resolve_dtype(dtype, auto_means="auto", device=device)
+        return _load_folder(path, folder_dtype, device, fix=fix)
     if _looks_like_hub_id(text):
         set_threads(threads)
-        return _load_from_hub(text, resolve_dtype(dtype, none_means="auto"))
+        return _load_from_hub(text, resolve_dtype(dtype, auto_means="auto", device=device), device)
     known = ", ".join(model_presets())
     raise ConfigError(
         f"{text!r} is not a preset, an existing file or folder, or a hub id (owner/name): "
@@ -236,13 +260,17 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def _load_from_hub(
-    model_id: str, dtype: torch.dtype | str
+    model_id: str, dtype: torch.dtype | str, device: DeviceArg = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
-        return _load_folder(model_id, dtype)
-    except OSError as error:
+        fix = "check the id, or use a preset or a local folder"
+        return _load_folder(model_id, dtype, device, fix=fix)
+    except CorruptModelFileError as error:
+        if not isinstance(error.__cause__, OSError):
+            raise
         raise ModelNotAvailableError(
-            f"could not load {model_id!r} from the Hugging Face hub ({error}); check the id "
+            f"could not load {model_id!r} from the Hugging Face hub "
+            f"({one_line(error.__cause__)}); check the id "
             "and the network, or use a preset (`dynaspec models`) or a local folder"
         ) from error
 
@@ -300,6 +328,8 @@ def load_pair(
     dtype: DTypeArg = DEFAULT_DTYPE,
     threads: int | None = None,
     cache_dir: CacheDirArg = None,
+    device: DeviceArg = None,
+    draft_device: DeviceArg = None,
     static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
@@ -307,31 +337,38 @@ def load_pair(
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
-    Both models are in eval mode, in `dtype`. Raises ModelNotAvailableError naming the
-    pip command if a model's packages are not installed. `static`, `compile` and `quantize`
-    make both models fast adapters (see load_model); `draft_quantize` sets the draft's
-    quantization apart (default: as the target's), e.g. a bf16 target with an int8 draft.
+    Both models are in eval mode, in `dtype` (default: the machine's for each model's
+    device; see load_model), the target on `device` and the draft on `draft_device` (None:
+    the target's `device`). Raises ModelNotAvailableError naming the pip command if a
+    model's packages are not installed. `static`, `compile` and `quantize` make both models
+    fast adapters (see load_model); `draft_quantize` sets the draft's quantization apart
+    (default: as the target's), e.g. a bf16 target with an int8 draft.
     """
+    draft_device = device if draft_device is None else draft_device
+    resolve_device(device)
+    resolve_device(draft_device)
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
-    for preset in (target_preset, draft_preset):  # fail before a long load of the other
-        folder = model_cache.preset_folder(preset, _gguf_dtype(dtype), cache_dir)
+    presets = ((target_preset, device), (draft_preset, draft_device))
+    for preset, preset_device in presets:  # fail before a long load of the other
+        folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
     target, target_tokenizer = load_preset(
-        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
     draft, draft_tokenizer = load_preset(
-        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
     )
     check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
+    fast = {"static": static, "compile": compile}
     return ModelPair(
         name=pair.name,
-        target=make_fast(target, static=static, compile=compile, quantize=quantize),
-        draft=make_fast(draft, static=static, compile=compile, quantize=draft_quantize, draft=True),
+        target=make_fast(target, **fast, quantize=quantize),
+        draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True),
         tokenizer=target_tokenizer,
     )
 
@@ -383,6 +420,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         lines.append(f"  {pair.name}{default}: {pair.target} + {pair.draft}")
     lines.append("")
     lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
+    lines.append(f"dtype on this machine: {machine_dtype().line()}")
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)
@@ -407,7 +445,8 @@ def load_models(
     target: a model (see load_model) decoded with `draft`, or alone when `draft` is None;
     `pair` is then ignored. Otherwise `pair` names a pair preset (default DEFAULT_PAIR), or
     "tiny": the built-in random pair (dynaspec.models.tiny, shaped by `tiny`).
-    dtype: one of DTYPE_CHOICES; None gives DEFAULT_DTYPE, or float32 for the tiny pair.
+    dtype: one of DTYPE_CHOICES; None gives DEFAULT_DTYPE (the machine's), or float32 for
+    the tiny pair (see dtype_choice()).
     threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
     models are all per-op overhead: one thread is fastest).
     static, compile, quantize, draft_quantize: the fast path, as in load_pair.
@@ -415,18 +454,16 @@ def load_models(
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
     fast = {"static": static, "compile": compile, "quantize": quantize}
-    draft_fast = {**fast, "quantize": draft_quantize}
+    draft_fast = {**fast, "quantize": draft_quantize, "draft": True}
     if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
         from dynaspec.models.tiny import tiny_pair
 
         set_threads(threads or 1)
         target_model, draft_model, tokenizer = tiny_pair(tiny)
         if dtype is not None:
-            torch_dtype = resolve_dtype(dtype, none_means=torch.float32)
+            torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
             target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
-        target_model = make_fast(target_model, **fast)
-        return target_model, make_fast(draft_model, **draft_fast, draft=True), tokenizer
-    dtype = DEFAULT_DTYPE if dtype is None else dtype
+        return make_fast(target_model, **fast), make_fast(draft_model, **draft_fast), tokenizer
     if target is None:
         loaded = load_pair(
             pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
@@ -435,16 +472,25 @@ def load_models(
     target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
     draft_model = None
     if draft is not None:
-        draft_model, _ = load_model(draft, dtype=dtype, threads=threads)
-        draft_model = make_fast(draft_model, **draft_fast, draft=True)
+        draft_model, _ = _load_model(draft, dtype=dtype, threads=threads)
+        draft_model = make_fast(draft_model, **draft_fast)
     return target_model, draft_model, tokenizer
+
+
+def dtype_choice(dtype: str | None, *, pair: str | None = None) -> DtypeChoice:
+    """The dtype load_models(pair, dtype=dtype) loads in, and why, without loading anything.
+
+    For "auto" the dtype is that of a GGUF preset (float32); a folder's own may differ.
+    """
+    if dtype is None and (pair or "").strip().lower() == "tiny":
+        return DtypeChoice(torch.float32, "the built-in tiny pair is float32")
+    choice = choose_dtype(dtype)
+    return DtypeChoice(torch.float32, choice.reason) if choice.dtype == AUTO else choice
 
 
 def dtype_name(dtype: str | None, *, pair: str | None = None) -> str:
     """The dtype load_models(pair, dtype=dtype) gives, by name, without loading anything."""
-    if dtype is None:
-        return "float32" if (pair or "").strip().lower() == "tiny" else DEFAULT_DTYPE
-    return str(resolve_dtype(dtype, none_means=DEFAULT_DTYPE)).removeprefix("torch.")
+    return dtype_choice(dtype, pair=pair).name
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:

@@ -223,7 +223,10 @@ def get_pair_preset(name: str) -> PairPreset:
     if pair is None:
         known = ", ".join(pair_presets())
         raise ConfigError(
-            f"unknown model pair {name!r}: choose one of {known}, or load a target and a "
-            "draft yourself with dynaspec.models.loading.load_model()"
+            f"unknown model pair {name!r}: choose one of {known}, load a target and a draft "
+            "yourself with dynaspec.load_model(), or use dynaspec.models.tiny.tiny_pair() for "
+            "built-in random models",
+            cli_message=f"unknown pair {name!r}: choose one of {known}, tiny (built-in random "
+            "models), or give --target and --draft",
         )
     return pair

@@ -15,6 +15,10 @@ a policy is added:
                             and sent to the target for checking)
     update(result)          learn from the finished round
 
+Optionally, `plan_sources(options, remaining)` (`core.protocols.SourcePlanner`) chooses the
+sources of a round when prompt lookup is on: how many tokens to copy and how many the draft
+model may add after them (the adaptive policy does, policies/source_plan.py).
+
 A policy only changes how many tokens are drafted, never which tokens are accepted, so
 every policy is exactly as lossless as the loop.
 """

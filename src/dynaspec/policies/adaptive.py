@@ -71,6 +71,10 @@ Estimates (all online, held in this object, robust to a noisy machine)
 
 Assumptions: acceptances within a round are independent given the confidences; the cost of
 a draft token does not depend on its position; bookkeeping time is small against a forward.
+
+With prompt lookup (alone or with the draft model), the same rule also chooses, round by
+round, how many tokens to copy and whether the model carries on after them: the extension
+and its derivation are in source_plan.py (the `SourcePlanning` part of this class).
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from dynaspec.core.protocols import DraftStep, RoundResult
+from dynaspec.policies.lookup_acceptance import LookupAcceptance
+from dynaspec.policies.source_plan import SourcePlanning
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ class AdaptiveConfig:
     #                              times the target's prefill (per token)
 
 
-class AdaptivePolicy:
+class AdaptivePolicy(SourcePlanning):
     """Drafts while the expected gain of one more token beats its cost (module docstring)."""
 
     name = "adaptive"
@@ -133,6 +139,7 @@ class AdaptivePolicy:
         self._line: tuple[float, float] | None = None  # cached V(n) fit, None when stale
         self._prefix = 1.0  # P_k of the round in progress
         self._probing = False  # the round in progress is a probe
+        self.lookup = LookupAcceptance()  # acceptance of copied tokens (source_plan.py)
 
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         """All of max_tokens when the first token is expected to pay and a lagging draft is
@@ -157,10 +164,10 @@ class AdaptivePolicy:
         return self._prefix * accept <= self.threshold(step.index + 1)
 
     def update(self, result: RoundResult) -> None:
-        self._learn_calibration(result)
+        self._learn_calibration(self._learn_lookup(result))  # copied tokens apart
         self._learn_costs(result)
         self._learn_rate(result)
-        if result.num_drafted == 0:
+        if result.num_drafted == result.num_lookup:  # the draft model proposed nothing
             self.rounds_without_draft += 1
             return
         self.rounds_without_draft = 0

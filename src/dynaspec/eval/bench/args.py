@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from dynaspec.eval import provenance
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
+from dynaspec.models.arguments import float_in, int_at_least, pair_name
 from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import DEFAULT_PAIR
 
@@ -19,7 +21,9 @@ SMOKE_N = 1  # prompts per smoke task
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `dynaspec bench` options to `parser`."""
     models = parser.add_argument_group("models")
-    models.add_argument("--pair", help=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')")
+    models.add_argument(
+        "--pair", type=pair_name, help=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')"
+    )
     models.add_argument("--target", help="target model: preset name, folder, .gguf or hub id")
     models.add_argument("--draft", help="draft model (with --target)")
     models.add_argument(
@@ -30,7 +34,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     models.add_argument(
         "--threads",
-        type=int,
+        type=int_at_least(1, "omit --threads to use every core"),
         default=None,
         help="torch threads (default: all cores; 1 with --smoke)",
     )
@@ -43,9 +47,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--task",
         default="all",
-        help="summarization | open-ended | code | all (default: all)",
+        help="summarization | open-ended | code | all | grounded, or several separated by "
+        "commas (default: all = the first three)",
     )
-    data.add_argument("--n", type=int, default=None, help=f"prompts per task (default {DEFAULT_N})")
+    data.add_argument(
+        "--n", type=int_at_least(1), default=None, help=f"prompts per task (default {DEFAULT_N})"
+    )
     data.add_argument("--seed", type=int, default=0, help="prompt sample seed (default 0)")
     data.add_argument("--prompts", help="JSONL file of your own prompts instead of --task")
     data.add_argument(
@@ -56,7 +63,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     data.add_argument(
         "--max-prompt-chars",
-        type=int,
+        type=int_at_least(1),
         default=2000,
         help="cut summarization articles at this many characters (default 2000)",
     )
@@ -69,14 +76,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--max-new-tokens",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help=f"new tokens per generation (default {DEFAULT_MAX_NEW_TOKENS}; "
         f"--smoke: {SMOKE_MAX_NEW_TOKENS})",
     )
     run.add_argument(
         "--tie-steps",
-        type=float,
+        type=float_in(0.0, math.inf),
         default=DEFAULT_TIE_STEPS,
         help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
     )

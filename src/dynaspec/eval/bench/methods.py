@@ -5,11 +5,15 @@
 ``adaptive-warm`` (one AdaptivePolicy reused over the whole run, so what it learned on a
 prompt carries to the next; its warm-up uses a separate object), ``oracle`` (drafts up to
 the first disagreement with the target-alone output: the best any lookahead policy can do
-with this draft), ``hf-target`` (transformers greedy, no assistant), ``hf-heuristic`` and
-``hf-dynamic`` (transformers' assisted generation, see ``dynaspec.eval.hf_peer``); the fast
-methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive`` (static KV
-cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and ``llamacpp-target``
-(llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``).
+with this draft), ``prompt-lookup`` (no draft model: copies from the prompt and the text
+so far, up to 10 tokens a round, as many as the cost-aware rule finds worth it),
+``hybrid`` (the draft model and prompt lookup together, adaptive), ``hf-target``
+(transformers greedy, no assistant), ``hf-heuristic`` and ``hf-dynamic`` (transformers'
+assisted generation, see ``dynaspec.eval.hf_peer``), ``hf-prompt-lookup`` (transformers'
+prompt lookup, ``prompt_lookup_num_tokens=10``);
+the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``
+(static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
+``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``).
 
 A new method: a `MethodSpec` in `METHOD_SPECS` (its place there is its place in the
 records, tables and plots), a branch in `MethodRunner.run`, and, for a column of the main
@@ -44,7 +48,7 @@ class MethodSpec:
     """One decoding method of the benchmark."""
 
     name: str  # as given to --methods and written in the records
-    family: str  # "dynaspec" | "hf"
+    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp"
     speculative: bool  # uses the draft (False: the target decodes alone)
     description: str  # one line for --help and the README
     reference: str | None = "target"  # the method whose output it must equal (None: none)
@@ -60,9 +64,12 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
         "adaptive-warm", "dynaspec", True, "dynaspec, adaptive, one policy over the whole run"
     ),
     MethodSpec("oracle", "dynaspec", True, "dynaspec, oracle lookahead (first disagreement)"),
+    MethodSpec("prompt-lookup", "dynaspec", False, "dynaspec, prompt lookup alone (10), adaptive"),
+    MethodSpec("hybrid", "dynaspec", True, "dynaspec, draft model + prompt lookup (10), adaptive"),
     MethodSpec("hf-target", "hf", False, "transformers generate(), greedy, no assistant"),
     MethodSpec("hf-heuristic", "hf", True, "transformers assisted, heuristic (5, +2/-1)"),
     MethodSpec("hf-dynamic", "hf", True, "transformers assisted, default dynamic (20, 0.4)"),
+    MethodSpec("hf-prompt-lookup", "hf", False, "transformers prompt lookup (10 tokens)"),
     *(
         MethodSpec(m.name, "fast", m.draft is not None, m.description, m.reference)
         for m in FAST_METHODS.values()
@@ -80,6 +87,7 @@ BASELINE = "target"
 HF_ASSIST: dict[str, HFAssistConfig] = {"hf-heuristic": HF_HEURISTIC, "hf-dynamic": HF_DYNAMIC}
 WARMUP_TOKENS = 8  # new tokens of each untimed warm-up generation
 WARMUP_PROMPT_TOKENS = 32  # prompt tokens of the warm-up generations
+PROMPT_LOOKUP_TOKENS = 10  # prompt_lookup_num_tokens of every prompt-lookup method
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -155,10 +163,20 @@ class MethodRunner:
         if name == "oracle":
             full_reference = input_ids[0].tolist() + list(reference)
             return self._measure_dynaspec(input_ids, policy=OraclePolicy(full_reference))
+        if name in ("prompt-lookup", "hybrid"):
+            return self._measure_dynaspec(
+                input_ids,
+                draft=None if name == "prompt-lookup" else self.draft,
+                num_assistant_tokens=20,
+                num_assistant_tokens_schedule="adaptive",
+                prompt_lookup_num_tokens=PROMPT_LOOKUP_TOKENS,
+            )
         if name == "hf-target":
             return self._measure_hf(input_ids, None)
         if name in HF_ASSIST:
             return self._measure_hf(input_ids, HF_ASSIST[name])
+        if name == "hf-prompt-lookup":
+            return self._measure_hf(input_ids, None, prompt_lookup=PROMPT_LOOKUP_TOKENS)
         if name in FAST_METHODS:
             return self._measure_fast(name, input_ids)
         if name == LLAMACPP:
@@ -220,6 +238,7 @@ class MethodRunner:
             "rounds": summary.rounds,
             "accepted_per_round": [r.num_accepted for r in rounds],
             "drafted_per_round": [r.num_drafted for r in rounds],
+            "copied_per_round": [r.num_lookup for r in rounds],
             "mean_accepted_per_round": summary.mean_accepted_per_round,
             "acceptance_rate": summary.acceptance_rate,
             "draft_forwards": summary.draft_forwards,
@@ -238,13 +257,19 @@ class MethodRunner:
         decoder start token."""
         return 1 if getattr(self.target.config, "is_encoder_decoder", False) else input_ids.shape[1]
 
-    def _measure_hf(self, input_ids: torch.Tensor, assist: HFAssistConfig | None) -> dict[str, Any]:
+    def _measure_hf(
+        self,
+        input_ids: torch.Tensor,
+        assist: HFAssistConfig | None,
+        prompt_lookup: int | None = None,
+    ) -> dict[str, Any]:
         result = self.peer.generate(
             input_ids,
             max_new_tokens=self.max_new_tokens,
             eos_token_id=self.eos_token_id,
             pad_token_id=self.pad_token_id,
             assist=assist,
+            prompt_lookup_num_tokens=prompt_lookup,
         )
         new_ids = result.sequences[0, self._lead(input_ids) :].tolist()
         wall = result.wall_time_s

@@ -21,6 +21,7 @@ from dynaspec.eval.bench.methods import DEFAULT_METHODS, WARMUP_TOKENS
 from dynaspec.eval.hf_peer import sklearn_available
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.models.loading import dtype_choice
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ def run_metadata(
             **asdict(config),
             "methods": list(config.methods),
             "dtype": dtype,
+            # why that dtype: the machine's rule, --dtype, or the tiny pair's float32
+            "dtype_reason": dtype_choice(
+                getattr(args, "dtype", None), pair="tiny" if label in ("smoke", "tiny") else label
+            ).reason,
             "num_prompts": num_prompts,
             "warmup_tokens": WARMUP_TOKENS,
             "arguments": arguments,
@@ -120,7 +125,7 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
         rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
         bad = [r for r in rows if r["matches_target"] is False]
         lines.append(
-            f"  {name:<14} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
+            f"  {name:<16} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"
         )
     mismatches = result.mismatches

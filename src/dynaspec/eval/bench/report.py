@@ -48,8 +48,11 @@ SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("adaptive", "adaptive"),
     ("adaptive-warm", "adaptive-warm"),
     ("oracle", "oracle"),
+    ("prompt-lookup", "prompt lookup"),
+    ("hybrid", "hybrid"),
     ("hf-heuristic", "HF heuristic"),
     ("hf-dynamic", "HF dynamic"),
+    ("hf-prompt-lookup", "HF prompt lookup"),
 )
 ACCEPTED_HEADER = "acc/round (dyn)"
 RELATIVE_HEADER = "dyn / HF dyn"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from dynaspec.models.arguments import int_at_least, pair_name
 from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import DEFAULT_PAIR
 
@@ -25,7 +26,10 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The models, prompts and output of the run."""
     parser.add_argument(
-        "--pair", default=DEFAULT_PAIR, help=f"model pair preset (default: {DEFAULT_PAIR})"
+        "--pair",
+        type=pair_name,
+        default=DEFAULT_PAIR,
+        help=f"model pair preset (default: {DEFAULT_PAIR})",
     )
     parser.add_argument(
         "--task",
@@ -38,13 +42,16 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--n",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="prompts per task (default 20, --smoke 2; with --prompts: the file's first N)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompt sample")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=None, help="per prompt (default 128, --smoke 32)"
+        "--max-new-tokens",
+        type=int_at_least(1),
+        default=None,
+        help="per prompt (default 128, --smoke 32)",
     )
     parser.add_argument("--out", default="benchmarks/oracle", help="output directory")
     parser.add_argument(
@@ -58,7 +65,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         choices=DTYPE_CHOICES,
         help=f"model dtype (default {DEFAULT_DTYPE}; --smoke: float32)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(1, "omit --threads to use every core"),
+        default=None,
+        help="torch CPU threads",
+    )
 
 
 def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +88,7 @@ def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-prompt-chars",
-        type=int,
+        type=int_at_least(1),
         default=2000,
         help="cut summarization articles at this many characters (default 2000)",
     )
@@ -87,11 +99,14 @@ def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "instead of with the target alone",
     )
     parser.add_argument(
-        "--cost-reps", type=int, default=5, help="repetitions per point of the cost measurement"
+        "--cost-reps",
+        type=int_at_least(1),
+        default=5,
+        help="repetitions per point of the cost measurement",
     )
     parser.add_argument(
         "--cost-max-n",
-        type=int,
+        type=int_at_least(1),
         default=COST_MAX_TOKENS,
         help=f"measure T(n) for n = 1..N verified tokens (default {COST_MAX_TOKENS}: a draft "
         "of 20 plus the target's own token); larger n are extrapolated",

@@ -38,7 +38,7 @@ from dynaspec.eval.provenance import (
     library_versions,
     machine_info,
 )
-from dynaspec.models.loading import dtype_name, eos_token_ids, load_models
+from dynaspec.models.loading import dtype_choice, dtype_name, eos_token_ids, load_models
 
 T = TypeVar("T")
 
@@ -165,6 +165,7 @@ def _run_config(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "seed": args.seed,
         "max_new_tokens": args.max_new_tokens,
         "dtype": dtype_name(args.dtype, pair=_pair_name(args)),
+        "dtype_reason": dtype_choice(args.dtype, pair=_pair_name(args)).reason,
         "threads": args.threads,
         "real_oracle": not args.skip_real_oracle,
         "reference_schedule": args.reference_schedule,
