@@ -87,18 +87,22 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIE_STEPS,
         help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
     )
-    run.add_argument(
-        "--fast-compile",
-        action="store_true",
-        help="compile the fast methods' forwards with torch.compile (default: eager with "
-        "prepacked weights, which measured faster on CPU)",
-    )
+    _add_fast_compile(run)
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--out",
         help="output folder (default: benchmarks/<pair>-<date>, e.g. "
         "benchmarks/smoke-<date> with --smoke)",
+    )
+
+
+def _add_fast_compile(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--fast-compile",
+        action="store_true",
+        help="compile the fast methods' forwards with torch.compile (default: eager with "
+        "prepacked weights, which measured faster on CPU)",
     )
 
 
