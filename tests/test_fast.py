@@ -276,6 +276,10 @@ def test_bench_fast_methods_compare_with_their_own_target(tmp_path) -> None:
             assert record["reference_method"] == reference and record["matches_target"] is True
             assert record["weight_bytes"] > 0
     assert all(r["matches_target"] is None for r in by_method["int8-target"])  # not compared
+    assert all(r["family"] == "fast" for r in by_method["int8-adaptive"])
+    table = (tmp_path / "table.md").read_text()
+    assert "| int8-adaptive |" in table.split("Fast methods")[1]
+    assert "**BUG**" not in table  # uncompared methods are not mismatches
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")

@@ -198,7 +198,7 @@ class MethodRunner:
         measured = self._measure_dynaspec(
             input_ids, target=target, draft=draft, **(kwargs if draft is not None else {})
         )
-        return {**measured, **self.fast.facts(name)}
+        return {**measured, "family": "fast", **self.fast.facts(name)}
 
     def _measure_llamacpp(self, input_ids: torch.Tensor) -> dict[str, Any]:
         if self.llamacpp is None:
@@ -211,6 +211,18 @@ class MethodRunner:
             "new_tokens": count,
             "wall_time_s": wall,
             "tokens_per_s": count / wall if wall > 0 else None,
+            "rounds": count,  # one token per forward: no draft
+            "accepted_per_round": [],
+            "drafted_per_round": [],
+            "mean_accepted_per_round": None,
+            "acceptance_rate": None,
+            "draft_forwards": 0,
+            "target_forwards": count,
+            "draft_time_s": None,
+            "target_time_s": None,
+            "other_time_s": None,
+            "inner_wall_time_s": wall,
+            "stop_reasons": None,
             "gguf": self.llamacpp.path,
             "output_ids": result.new_ids,
         }

@@ -37,6 +37,7 @@ from dynaspec.eval.bench.aggregate import (
     pooled_accepted_per_round,
     tasks_of,
 )
+from dynaspec.eval.bench.fast_report import fast_section
 from dynaspec.eval.bench.methods import BASELINE
 from dynaspec.eval.bench.plots import ACCEPTED_PLOT, SPEEDUP_PLOT, plot_accepted, plot_speedups
 
@@ -202,8 +203,9 @@ def render_markdown(records: Sequence[Mapping[str, Any]], plots: Sequence[str] =
         "Per method, all prompts:",
         "",
         method_table(records),
+        *fast_section(records),
     ]
-    bad = [r for r in records if not r.get("matches_target", True)]
+    bad = [r for r in records if r.get("matches_target", True) is False]
     if bad:
         lines += ["", "Mismatches:", ""]
         for record in bad:
