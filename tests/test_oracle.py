@@ -397,3 +397,13 @@ def test_smoke_end_to_end(tmp_path):
         == 0
     )
     assert (out / "oracle_records.jsonl").read_text() == before
+
+
+def test_a_certain_replayed_draft_has_finite_logits() -> None:
+    # The loop refuses non-finite logits from any model, replays included (a draft that was
+    # certain used to get -inf for every other token, and `dynaspec project` failed on it).
+    from dynaspec.eval.oracle.replay import confident_logits
+
+    logits = confident_logits(3, 1.0, 8)
+    assert bool(torch.isfinite(logits).all())
+    assert int(logits.argmax()) == 3 and float(torch.softmax(logits, -1)[3]) == 1.0

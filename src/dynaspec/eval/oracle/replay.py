@@ -35,7 +35,9 @@ def confident_logits(token: int, confidence: float, vocab_size: int) -> torch.Te
     rest = (1.0 - confidence) / (vocab_size - 1)
     if rest >= confidence:  # confidence == 1/V: keep `token` the strict argmax
         rest = confidence * (1.0 - 1e-4)
-    logits = torch.full((vocab_size,), math.log(rest) if rest > 0 else -math.inf)  # (V,)
+    # A finite floor, not -inf: the loop refuses non-finite logits from any model.
+    floor = torch.finfo(torch.float32).min
+    logits = torch.full((vocab_size,), math.log(rest) if rest > 0 else floor)  # (V,)
     logits[token] = math.log(confidence)
     return logits
 
