@@ -6,6 +6,7 @@ The CLI only parses arguments and builds configuration; the work lives in the li
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
 import time
@@ -395,54 +396,48 @@ def _print_models() -> int:
     return 0
 
 
-def _add_bench(subparsers: Any) -> None:
-    from dynaspec.eval.bench.args import add_bench_arguments
-    from dynaspec.eval.bench.run import run_bench
-
-    p = subparsers.add_parser(
+# The instruments' subcommands: (name, help, module, its argument adder, its runner).
+_INSTRUMENTS = (
+    (
         "bench",
-        help="benchmark schedules and peers side by side",
-        formatter_class=DefaultsHelpFormatter,
-    )
-    add_bench_arguments(p)
-    p.set_defaults(func=run_bench)
-
-
-def _add_oracle(subparsers: Any) -> None:
-    from dynaspec.eval.oracle.args import add_oracle_arguments
-    from dynaspec.eval.oracle.run import run_oracle
-
-    p = subparsers.add_parser(
+        "benchmark schedules and peers side by side",
+        "dynaspec.eval.bench.args",
+        "add_bench_arguments",
+        "dynaspec.eval.bench.run",
+        "run_bench",
+    ),
+    (
         "oracle",
-        help="oracle lookahead analysis over a data set",
-        formatter_class=DefaultsHelpFormatter,
-    )
-    add_oracle_arguments(p)
-    p.set_defaults(func=run_oracle)
-
-
-def _add_devicecheck(subparsers: Any) -> None:
-    from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
-
-    p = subparsers.add_parser(
+        "oracle lookahead analysis over a data set",
+        "dynaspec.eval.oracle.args",
+        "add_oracle_arguments",
+        "dynaspec.eval.oracle.run",
+        "run_oracle",
+    ),
+    (
         "devicecheck",
-        help="cuda tests and real-shape costs on a GPU in one short run",
-        formatter_class=DefaultsHelpFormatter,
-    )
-    add_devicecheck_arguments(p)
-    p.set_defaults(func=run_devicecheck)
-
-
-def _add_project(subparsers: Any) -> None:
-    from dynaspec.eval.projection import add_project_arguments, run_project
-
-    p = subparsers.add_parser(
+        "cuda tests and real-shape costs on a GPU in one short run",
+        "dynaspec.eval.devicecheck.run",
+        "add_devicecheck_arguments",
+        "dynaspec.eval.devicecheck.run",
+        "run_devicecheck",
+    ),
+    (
         "project",
-        help="project speedups from devicecheck costs and the oracle's traces",
-        formatter_class=DefaultsHelpFormatter,
-    )
-    add_project_arguments(p)
-    p.set_defaults(func=run_project)
+        "project speedups from devicecheck costs and the oracle's traces",
+        "dynaspec.eval.projection",
+        "add_project_arguments",
+        "dynaspec.eval.projection",
+        "run_project",
+    ),
+)
+
+
+def _add_instruments(subparsers: Any) -> None:
+    for name, help_text, args_module, adder, run_module, runner in _INSTRUMENTS:
+        p = subparsers.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
+        getattr(importlib.import_module(args_module), adder)(p)
+        p.set_defaults(func=getattr(importlib.import_module(run_module), runner))
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -463,10 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_generate(subparsers)
     _add_models(subparsers)
-    _add_bench(subparsers)
-    _add_oracle(subparsers)
-    _add_devicecheck(subparsers)
-    _add_project(subparsers)
+    _add_instruments(subparsers)
     return parser
 
 
