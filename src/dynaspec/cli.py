@@ -17,9 +17,15 @@ import torch
 
 from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
 from dynaspec.errors import DynaspecError
-from dynaspec.models.arguments import TINY_PAIR, float_in, int_at_least, pair_name
+from dynaspec.models.arguments import (
+    TINY_PAIR,
+    add_dtype_and_threads,
+    float_in,
+    int_at_least,
+    pair_name,
+)
 from dynaspec.models.dtype import DtypeChoice
-from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES, dtype_choice, load_models
+from dynaspec.models.loading import dtype_choice, load_models
 from dynaspec.models.presets import DEFAULT_PAIR
 
 
@@ -36,20 +42,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--draft", help="draft model (with --target): preset name, HF folder, .gguf or hub id"
     )
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        choices=DTYPE_CHOICES,
-        help=f"weights dtype (default: {DEFAULT_DTYPE}: bfloat16 where the CPU multiplies bf16 "
-        "natively (AVX512-BF16 or AMX), else float32; the tiny pair: float32). auto: the "
-        "checkpoint's own dtype",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int_at_least(1, "omit --threads to use every core"),
-        default=None,
-        help="torch threads (default: all cores)",
-    )
+    add_dtype_and_threads(parser, float32_case="the tiny pair")
 
 
 def add_fast_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ import argparse
 import math
 from collections.abc import Callable
 
+from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import pair_presets
 
 TINY_PAIR = "tiny"  # built-in random models (dynaspec.models.tiny): nothing to download
@@ -71,3 +72,27 @@ def pair_name(text: str) -> str:
             "random models, nothing to download)"
         )
     return name
+
+
+def add_dtype_and_threads(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    float32_case: str,
+    threads: str = "",
+) -> None:
+    """--dtype and --threads, the same for generate, bench and oracle. `float32_case` names
+    what loads in float32 regardless (the tiny pair, --smoke); `threads` adds to the default."""
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPE_CHOICES,
+        help=f"weights dtype (default: {DEFAULT_DTYPE}: bfloat16 where the CPU multiplies bf16 "
+        f"natively (AVX512-BF16 or AMX), else float32; {float32_case}: float32). auto: the "
+        "checkpoint's own dtype",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(1, "omit --threads to use every core"),
+        default=None,
+        help=f"torch threads (default: all cores{threads})",
+    )

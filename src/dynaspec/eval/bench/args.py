@@ -8,8 +8,7 @@ import math
 from dynaspec.eval import provenance
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
-from dynaspec.models.arguments import float_in, int_at_least, pair_name
-from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.arguments import add_dtype_and_threads, float_in, int_at_least, pair_name
 from dynaspec.models.presets import DEFAULT_PAIR
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -26,18 +25,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     models.add_argument("--target", help="target model: preset name, folder, .gguf or hub id")
     models.add_argument("--draft", help="draft model (with --target)")
-    models.add_argument(
-        "--dtype",
-        default=None,
-        choices=DTYPE_CHOICES,
-        help=f"weights dtype (default {DEFAULT_DTYPE}; the tiny pair: float32)",
-    )
-    models.add_argument(
-        "--threads",
-        type=int_at_least(1, "omit --threads to use every core"),
-        default=None,
-        help="torch threads (default: all cores; 1 with --smoke)",
-    )
+    add_dtype_and_threads(models, float32_case="the tiny pair", threads="; 1 with --smoke")
     models.add_argument(
         "--smoke",
         action="store_true",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dynaspec.models.arguments import int_at_least, pair_name
-from dynaspec.models.loading import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.arguments import add_dtype_and_threads, int_at_least, pair_name
 from dynaspec.models.presets import DEFAULT_PAIR
 
 DEFAULT_PROMPTS = 20  # --n: prompts per task
@@ -59,18 +58,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="tiny random fp32 models and random prompts; runs in seconds (CI)",
     )
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        choices=DTYPE_CHOICES,
-        help=f"model dtype (default {DEFAULT_DTYPE}; --smoke: float32)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int_at_least(1, "omit --threads to use every core"),
-        default=None,
-        help="torch CPU threads",
-    )
+    add_dtype_and_threads(parser, float32_case="--smoke")
 
 
 def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
