@@ -89,6 +89,12 @@ def test_zero_threads(capsys) -> None:
     )
 
 
+def test_devicecheck_refuses_a_budget_of_zero(capsys) -> None:
+    code, _, err = run_cli(capsys, "devicecheck", "--budget-s", "0", "--dry-run", "--out", "x")
+    assert code == 2 and err.startswith("usage: dynaspec devicecheck")
+    assert "argument --budget-s: must be > 0, got 0" in err.strip().splitlines()[-1]
+
+
 def test_unknown_pair_lists_tiny(capsys) -> None:
     line = usage_error(capsys, "generate", "--pair", "nonsense", "hi")
     assert "unknown pair 'nonsense': choose one of qwen2.5-coder, tiny" in line

@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import gc
 import json
+import math
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +40,7 @@ from dynaspec.eval.devicecheck.report import render_markdown
 from dynaspec.eval.devicecheck.shapes import DRY_RUN_PAIRS, GPU_PAIRS, PairShape, build_model
 from dynaspec.eval.hf_peer import HFPeer
 from dynaspec.eval.provenance import command_line, git_state, library_versions, machine_info
+from dynaspec.models.arguments import float_in
 
 JSON_NAME = "devicecheck.json"
 MARKDOWN_NAME = "devicecheck.md"
@@ -103,7 +105,7 @@ def add_devicecheck_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for devicecheck.json and .md")
     parser.add_argument(
         "--budget-s",
-        type=float,
+        type=float_in(0.0, math.inf, low_open=True),
         default=240.0,
         help="skip the work left once this many seconds have passed (default 240)",
     )
@@ -124,8 +126,6 @@ def add_devicecheck_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_devicecheck(args: argparse.Namespace) -> int:
-    if args.budget_s <= 0:
-        raise ConfigError(f"--budget-s must be positive, got {args.budget_s}")
     if not args.dry_run and not torch.cuda.is_available():
         raise ConfigError(
             "devicecheck needs a CUDA GPU and torch sees none (torch.cuda.is_available() is "
