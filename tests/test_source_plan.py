@@ -8,7 +8,7 @@ import pytest
 
 from dynaspec.core.protocols import DraftOptions, DraftPlan, RoundResult
 from dynaspec.policies import AdaptivePolicy
-from dynaspec.policies.lookup_acceptance import LookupAcceptance, match_bucket
+from dynaspec.policies.lookup_acceptance import LookupAcceptance, agreement_bucket
 
 
 def measured(prefill_s_per_token: float, step_s: float = 0.2) -> AdaptivePolicy:
@@ -24,9 +24,9 @@ def copy_only(length: int, match: int) -> DraftOptions:
     return DraftOptions(model_catchup=None, lookup_tokens=length, lookup_match=match)
 
 
-def test_match_buckets() -> None:
-    assert [match_bucket(n) for n in (1, 2, 3, 4, 7, 8, 16, 31, 32, 500)] == [
-        0, 1, 1, 2, 2, 3, 4, 4, 5, 5,
+def test_agreement_buckets() -> None:
+    assert [agreement_bucket(n) for n in (1, 2, 3, 4, 7, 8, 16, 31, 32, 63, 64, 500)] == [
+        0, 1, 1, 2, 2, 3, 4, 4, 5, 5, 6, 6,
     ]  # fmt: skip
 
 
@@ -49,10 +49,10 @@ def test_learned_acceptance_by_match_length_and_probes() -> None:
         policy.update(
             RoundResult(3, 0, (1.0,) * 3, 0.0, 0.5, 4, 0, 0, num_lookup=3, lookup_match=1)
         )
-    # Bucket 0: pooled (0 + 2 * 0.8) / (10 + 2); position 0: (0 + 2 * pooled) / (10 + 2).
-    pooled = 1.6 / 12
-    assert policy.lookup.acceptance(1, 0) == pytest.approx(2 * pooled / 12)
-    assert policy.lookup.acceptance(1, 1) == pytest.approx(pooled)  # never observed
+    # Agreement 1 (bucket 0): (0 + 2 * 0.8) / (10 + 2); the second copied token would
+    # agree on 2 (bucket 1, never observed): the prior.
+    assert policy.lookup.acceptance(1, 0) == pytest.approx(1.6 / 12)
+    assert policy.lookup.acceptance(1, 1) == pytest.approx(0.8)
     assert policy.plan_sources(copy_only(10, 8), None) == DraftPlan(3, 0)  # other bucket
     # Declined 7 times, then a probe copies one token; the next probe waits 16 declines.
     plans = [policy.plan_sources(copy_only(10, 1), None) for _ in range(8)]
@@ -104,14 +104,14 @@ def test_a_round_with_copied_tokens_teaches_both_sources_apart() -> None:
     policy.update(
         RoundResult(5, 4, (1.0, 1.0, 1.0, 0.95, 0.95), 0.05, 0.3, 6, 2, 4, 3, lookup_match=2)
     )
-    assert policy.lookup.total == {(1, 0): 1.0, (1, 1): 1.0, (1, 2): 1.0}
-    assert sum(policy.lookup.accepted.values()) == 3.0
+    assert policy.lookup.total == [0, 2, 1, 0, 0, 0, 0]  # agreements 2, 3 and 4
+    assert sum(policy.lookup.accepted) == 3.0
     assert policy.bin_total[9] == 2 and policy.bin_accepted[9] == 1  # model tokens only
     assert (policy.first_total, policy.first_accepted) == (1, 1)
     assert policy.rounds_without_draft == 0
     # A copy rejected at its second token: the model's tokens were never judged.
     policy.update(RoundResult(5, 1, (1.0,) * 5, 0.05, 0.3, 6, 2, 4, 3, lookup_match=2))
-    assert policy.lookup.total[(1, 1)] == 2.0 and policy.lookup.accepted[(1, 1)] == 1.0
+    assert policy.lookup.total[1] == 4.0 and policy.lookup.accepted[1] == 3.0  # 2 and 3
     assert policy.bin_total[9] == 2 and policy.first_total == 1
     # A round of copied tokens only: the draft model did not draft.
     policy.update(RoundResult(2, 2, (1.0, 1.0), 0.0, 0.3, 3, 0, 0, 2, lookup_match=2))
@@ -121,10 +121,26 @@ def test_a_round_with_copied_tokens_teaches_both_sources_apart() -> None:
 def test_lookup_acceptance_counts_known_outcomes_only() -> None:
     table = LookupAcceptance()
     table.learn(match_length=5, num_copied=4, num_accepted=1)  # 2nd rejected, 3rd/4th unknown
-    assert table.total == {(2, 0): 1.0, (2, 1): 1.0}
-    assert table.accepted == {(2, 0): 1.0, (2, 1): 0.0}
-    table.learn(match_length=5, num_copied=2, num_accepted=6)  # copies and model all accepted
-    assert table.total == {(2, 0): 2.0, (2, 1): 2.0}
+    assert table.total == [0, 0, 2, 0, 0, 0, 0]  # agreements 5 and 6
+    assert table.accepted == [0, 0, 1, 0, 0, 0, 0]
+    table.learn(match_length=6, num_copied=3, num_accepted=6)  # copies and model all accepted
+    assert table.total == [0, 0, 4, 1, 0, 0, 0] and table.accepted == [0, 0, 3, 1, 0, 0, 0]
     assert table.prefix_probs(5, 2)[1] == pytest.approx(
         table.acceptance(5, 0) * table.acceptance(5, 1)
     )
+
+
+def test_a_copy_that_runs_on_is_trusted_more() -> None:
+    table = LookupAcceptance()
+    for _ in range(20):  # 2-token matches: the first copied token right 1 time in 4
+        for accepted in (1, 0, 0, 0):
+            table.learn(match_length=2, num_copied=1, num_accepted=accepted)
+    for _ in range(20):  # long agreements: always right
+        table.learn(match_length=32, num_copied=4, num_accepted=4)
+    rates = table.rates()
+    # Agreement 1 (never seen, prior 0.8) is pooled with 2-3 (learned 0.26): out of order.
+    assert rates[:2] == [pytest.approx((1.6 + 20 + 1.6) / 84)] * 2
+    # 4-31 unexplored: the prior; 64+ unexplored is pooled with 32-63 (always right).
+    assert rates[2:5] == [pytest.approx(0.8)] * 3
+    assert rates[5:] == [pytest.approx((80 + 1.6 + 1.6) / 84)] * 2
+    assert table.acceptance(2, 30) == rates[5]  # 2 + 30 = 32 tokens of agreement

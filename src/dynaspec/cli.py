@@ -140,7 +140,8 @@ def _add_generate(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="also draft by prompt lookup, copying up to N tokens per round "
-        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone)",
+        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone). With the adaptive "
+        "schedule a large N such as 32 is safe: it copies only as far as copying pays",
     )
     p.add_argument(
         "--max-matching-ngram-size",

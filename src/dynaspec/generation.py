@@ -72,6 +72,9 @@ def generate(
     carries over between calls (call `policy.reset()` to start afresh).
     `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
     default 2): alone with `draft=None`, else with the draft model as a hybrid (drafters/).
+    It is the most tokens copied per round; the adaptive schedule copies only as many as its
+    learned acceptance and measured verification cost say pay, so a cap of 32 suits it, while
+    the fixed schedules copy the whole match as transformers does (10 is transformers' usual).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(

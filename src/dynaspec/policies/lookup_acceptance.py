@@ -1,22 +1,27 @@
 """How often copied (prompt-lookup) tokens are accepted, learned online.
 
-b(ell, j) = P(copied token j is accepted | tokens 1 .. j-1 of the copy were), for a match
-that agrees on ell tokens back from the newest one. ell is bucketed by powers of two (1,
-2-3, 4-7, ..., 32+): a longer agreement is a stronger sign that the text is being copied.
-Each (bucket, j) counts the copied tokens whose outcome is known (up to and including the
-first rejection) behind a prior: the bucket's pooled rate over all positions, itself behind
-an optimistic prior (0.8, as for the draft model's first token, so that a fresh policy
-tries copying and learns). When the rule keeps declining to copy, a probe copies one token
-now and then (each probe waiting twice as long as the last, as the draft model's probes do),
-so that a noisy early estimate cannot switch copying off for good. See
-policies/source_plan.py for how the policy uses it.
+b(a) = P(a copied token is accepted | the source it is copied from agrees with the text on
+the a tokens before it). For the j-th token of a copy (0-based) whose match agreed on ell
+tokens back from the newest one, a = ell + j: every earlier copied token, if accepted,
+extends the agreement by one. So a copy that has run on for a while is trusted more than
+its first token, and what is learned from the first tokens of long matches serves the late
+tokens of short ones. a is bucketed by powers of two (1, 2-3, 4-7, ..., 64+). Each bucket
+counts the copied tokens whose outcome is known (up to and including the first rejection)
+behind an optimistic prior (0.8, as for the draft model's first token, so that a fresh
+policy tries copying and learns), and the estimates are made non-decreasing in a (a longer
+agreement is never a weaker sign that the text is being copied; neighbouring buckets out of
+order are pooled), so an unexplored long agreement is trusted about as much as the shorter
+ones learned so far. When the rule
+keeps declining to copy, a probe copies one token now and then (each probe waiting twice as
+long as the last, as the draft model's probes do), so that a noisy early estimate cannot
+switch copying off for good. See policies/source_plan.py for how the policy uses it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-NUM_BUCKETS = 6  # match lengths 1, 2-3, 4-7, 8-15, 16-31, 32+
+NUM_BUCKETS = 7  # agreements 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+
 
 
 @dataclass(frozen=True)
@@ -29,37 +34,42 @@ class LookupPrior:
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
 
 
-def match_bucket(match_length: int) -> int:
-    """0 for a 1-token match, 1 for 2-3, 2 for 4-7, ... up to NUM_BUCKETS - 1."""
-    return min(max(match_length, 1).bit_length() - 1, NUM_BUCKETS - 1)
+def agreement_bucket(agreement: int) -> int:
+    """0 for an agreement of 1 token, 1 for 2-3, 2 for 4-7, ... up to NUM_BUCKETS - 1."""
+    return min(max(agreement, 1).bit_length() - 1, NUM_BUCKETS - 1)
 
 
 class LookupAcceptance:
-    """Counts of accepted copied tokens per (match-length bucket, position in the copy)."""
+    """Counts of accepted copied tokens per agreement bucket."""
 
     def __init__(self, prior: LookupPrior | None = None) -> None:
         self.prior = prior or LookupPrior()
-        self.accepted: dict[tuple[int, int], float] = {}  # (bucket, j) -> accepted
-        self.total: dict[tuple[int, int], float] = {}  # (bucket, j) -> known outcomes
-        self.bucket_accepted = [0.0] * NUM_BUCKETS
-        self.bucket_total = [0.0] * NUM_BUCKETS
+        self.accepted = [0.0] * NUM_BUCKETS
+        self.total = [0.0] * NUM_BUCKETS  # known outcomes per bucket
         self.declined = 0  # matches declined since the last copy
         self.probe_interval = self.prior.probe_interval
 
+    def rates(self) -> list[float]:
+        """b per bucket: each bucket's rate behind the prior, made non-decreasing by pooling
+        neighbours that violate the order (weighted by their observations)."""
+        weight, prior = self.prior.weight, self.prior.acceptance
+        blocks: list[list[float]] = []  # [accepted + prior, total + weight, buckets]
+        for accepted, total in zip(self.accepted, self.total):
+            blocks.append([accepted + weight * prior, total + weight, 1])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+                last = blocks.pop()
+                blocks[-1] = [a + b for a, b in zip(blocks[-1], last)]
+        return [hits / seen for hits, seen, count in blocks for _ in range(int(count))]
+
     def acceptance(self, match_length: int, position: int) -> float:
-        """b(ell, j) for the 0-based position j in the copy."""
-        bucket = match_bucket(match_length)
-        weight = self.prior.weight
-        pooled = self.bucket_accepted[bucket] + weight * self.prior.acceptance
-        pooled /= self.bucket_total[bucket] + weight
-        key = (bucket, position)
-        return (self.accepted.get(key, 0.0) + weight * pooled) / (self.total.get(key, 0.0) + weight)
+        """b(ell + j) for a match agreeing on ell tokens and the 0-based position j."""
+        return self.rates()[agreement_bucket(match_length + position)]
 
     def prefix_probs(self, match_length: int, count: int) -> list[float]:
         """Q_1 .. Q_count: the probability that the first j copied tokens are all accepted."""
-        probs, prefix = [], 1.0
+        rates, prefix, probs = self.rates(), 1.0, []
         for position in range(count):
-            prefix *= self.acceptance(match_length, position)
+            prefix *= rates[agreement_bucket(match_length + position)]
             probs.append(prefix)
         return probs
 
@@ -79,11 +89,7 @@ class LookupAcceptance:
     def learn(self, match_length: int, num_copied: int, num_accepted: int) -> None:
         """One round that proposed `num_copied` copied tokens first; the target accepted
         `num_accepted` drafted tokens (copied ones and any after them)."""
-        bucket = match_bucket(match_length)
         for position in range(min(num_copied, num_accepted + 1)):
-            key = (bucket, position)
-            accepted = float(position < num_accepted)
-            self.accepted[key] = self.accepted.get(key, 0.0) + accepted
-            self.total[key] = self.total.get(key, 0.0) + 1.0
-            self.bucket_accepted[bucket] += accepted
-            self.bucket_total[bucket] += 1.0
+            bucket = agreement_bucket(match_length + position)
+            self.accepted[bucket] += float(position < num_accepted)
+            self.total[bucket] += 1.0

@@ -9,8 +9,10 @@ target steps. V(n) is the cost of verifying n tokens, c the draft model's cost p
 Copied tokens
 -------------
 A match offers L tokens. Let b_j be the probability that copied token j is accepted given
-that tokens 1 .. j-1 were (learned online per match length and j: lookup_acceptance.py)
-and Q_j = b_1 * ... * b_j. Copying runs no model, so its draft cost is 0: m copied tokens
+that tokens 1 .. j-1 were, and Q_j = b_1 * ... * b_j. b_j is learned online as a function
+of how far back the source agrees with the text before token j: the match's agreement ell
+plus the j - 1 copied tokens accepted before it (lookup_acceptance.py), so a copy that has
+run on is trusted more than its first token. Copying runs no model, so its draft cost is 0: m copied tokens
 yield 1 + Q_1 + ... + Q_m tokens for V(m + 1) steps, and copied token j pays exactly when
 
     Q_j  >  rho * (V(j + 1) - V(j))
@@ -53,7 +55,8 @@ continuation depends on its drafted tokens, as in every schedule: that changes h
 tokens are checked, not the distribution each was drawn from.)
 
 Assumptions: copied tokens are accepted independently of the model, with a probability
-that depends only on the match length and the position in the copy; after a copy the model
+that depends only on how many tokens before them agree with their source (and does not
+fall as that agreement grows); after a copy the model
 is accepted as often as on its first token of a round; copying costs nothing beyond
 bookkeeping; the model drafts again later in the call (so feeding it committed tokens is
 not wasted).

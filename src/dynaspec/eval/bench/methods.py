@@ -6,11 +6,13 @@
 prompt carries to the next; its warm-up uses a separate object), ``oracle`` (drafts up to
 the first disagreement with the target-alone output: the best any lookahead policy can do
 with this draft), ``prompt-lookup`` (no draft model: copies from the prompt and the text
-so far, up to 10 tokens a round, as many as the cost-aware rule finds worth it),
+so far, up to 32 tokens a round, as many as the cost-aware rule finds worth it),
 ``hybrid`` (the draft model and prompt lookup together, adaptive), ``hf-target``
 (transformers greedy, no assistant), ``hf-heuristic`` and ``hf-dynamic`` (transformers'
 assisted generation, see ``dynaspec.eval.hf_peer``), ``hf-prompt-lookup`` (transformers'
-prompt lookup, ``prompt_lookup_num_tokens=10``);
+prompt lookup, ``prompt_lookup_num_tokens=10`` as in transformers' documentation), and
+``hf-prompt-lookup-32`` (the same with dynaspec's cap of 32: what a larger fixed cap alone
+does);
 the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``
 (static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
 ``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``).
@@ -64,12 +66,13 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
         "adaptive-warm", "dynaspec", True, "dynaspec, adaptive, one policy over the whole run"
     ),
     MethodSpec("oracle", "dynaspec", True, "dynaspec, oracle lookahead (first disagreement)"),
-    MethodSpec("prompt-lookup", "dynaspec", False, "dynaspec, prompt lookup alone (10), adaptive"),
-    MethodSpec("hybrid", "dynaspec", True, "dynaspec, draft model + prompt lookup (10), adaptive"),
+    MethodSpec("prompt-lookup", "dynaspec", False, "dynaspec, prompt lookup alone (32), adaptive"),
+    MethodSpec("hybrid", "dynaspec", True, "dynaspec, draft model + prompt lookup (32), adaptive"),
     MethodSpec("hf-target", "hf", False, "transformers generate(), greedy, no assistant"),
     MethodSpec("hf-heuristic", "hf", True, "transformers assisted, heuristic (5, +2/-1)"),
     MethodSpec("hf-dynamic", "hf", True, "transformers assisted, default dynamic (20, 0.4)"),
     MethodSpec("hf-prompt-lookup", "hf", False, "transformers prompt lookup (10 tokens)"),
+    MethodSpec("hf-prompt-lookup-32", "hf", False, "transformers prompt lookup (32 tokens)"),
     *(
         MethodSpec(m.name, "fast", m.draft is not None, m.description, m.reference)
         for m in FAST_METHODS.values()
@@ -87,7 +90,10 @@ BASELINE = "target"
 HF_ASSIST: dict[str, HFAssistConfig] = {"hf-heuristic": HF_HEURISTIC, "hf-dynamic": HF_DYNAMIC}
 WARMUP_TOKENS = 8  # new tokens of each untimed warm-up generation
 WARMUP_PROMPT_TOKENS = 32  # prompt tokens of the warm-up generations
-PROMPT_LOOKUP_TOKENS = 10  # prompt_lookup_num_tokens of every prompt-lookup method
+# prompt_lookup_num_tokens: dynaspec's methods copy up to 32 tokens a round (the adaptive rule
+# copies only as far as it pays); transformers' as its documentation shows (10), and 32.
+LOOKUP_TOKENS = 32
+HF_LOOKUP_TOKENS = {"hf-prompt-lookup": 10, "hf-prompt-lookup-32": 32}
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -169,14 +175,14 @@ class MethodRunner:
                 draft=None if name == "prompt-lookup" else self.draft,
                 num_assistant_tokens=20,
                 num_assistant_tokens_schedule="adaptive",
-                prompt_lookup_num_tokens=PROMPT_LOOKUP_TOKENS,
+                prompt_lookup_num_tokens=LOOKUP_TOKENS,
             )
         if name == "hf-target":
             return self._measure_hf(input_ids, None)
         if name in HF_ASSIST:
             return self._measure_hf(input_ids, HF_ASSIST[name])
-        if name == "hf-prompt-lookup":
-            return self._measure_hf(input_ids, None, prompt_lookup=PROMPT_LOOKUP_TOKENS)
+        if name in HF_LOOKUP_TOKENS:
+            return self._measure_hf(input_ids, None, prompt_lookup=HF_LOOKUP_TOKENS[name])
         if name in FAST_METHODS:
             return self._measure_fast(name, input_ids)
         if name == LLAMACPP:

@@ -54,9 +54,11 @@ SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("hf-heuristic", "HF heuristic"),
     ("hf-dynamic", "HF dynamic"),
     ("hf-prompt-lookup", "HF prompt lookup"),
+    ("hf-prompt-lookup-32", "HF prompt lookup 32"),
 )
 ACCEPTED_HEADER = "acc/round (dyn)"
 RELATIVE_HEADER = "dyn / HF dyn"
+HYBRID_HEADER = "hybrid vs HF PL"
 MISMATCH_HEADER = "mismatches"
 TABLE_HEADERS: tuple[str, ...] = (
     "target",
@@ -66,6 +68,7 @@ TABLE_HEADERS: tuple[str, ...] = (
     *(header for _, header in SPEEDUP_COLUMNS),
     ACCEPTED_HEADER,
     RELATIVE_HEADER,
+    HYBRID_HEADER,
     MISMATCH_HEADER,
 )
 
@@ -104,6 +107,7 @@ def speedup_table(records: Sequence[Mapping[str, Any]]) -> str:
     }
     accepted = pooled_accepted_per_round(records, "dynamic")
     relative = median_of_ratios(records, "dynamic", "hf-dynamic")
+    hybrid = median_of_ratios(records, "hf-prompt-lookup", "hybrid")
     mismatches = mismatch_counts(records)
     prompts: dict[str, set[str]] = defaultdict(set)
     for record in records:
@@ -119,6 +123,7 @@ def speedup_table(records: Sequence[Mapping[str, Any]]) -> str:
         cells += [
             _number(accepted.get(task)),
             _number(relative.get(task)),
+            _times(hybrid.get(task)),
             format_mismatches(mismatches.get(task)),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -196,7 +201,9 @@ def render_markdown(records: Sequence[Mapping[str, Any]], plots: Sequence[str] =
         "",
         f"`{ACCEPTED_HEADER}`: drafted tokens accepted per round by dynaspec's dynamic "
         f"schedule (pooled). `{RELATIVE_HEADER}`: median per-prompt wall time of dynaspec "
-        "dynamic / transformers dynamic (< 1: dynaspec faster). `mismatches`: outputs that "
+        f"dynamic / transformers dynamic (< 1: dynaspec faster). `{HYBRID_HEADER}`: median "
+        "per-prompt wall time of transformers' prompt lookup (10 tokens) / dynaspec's hybrid "
+        "(> 1: the hybrid faster). `mismatches`: outputs that "
         "differ from the target alone, over every method (tie: the target's top logits "
         "within a few dtype steps; BUG: anything else).",
         "",
