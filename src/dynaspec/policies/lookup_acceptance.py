@@ -54,12 +54,12 @@ class LookupAcceptance:
         neighbours that violate the order (weighted by their observations)."""
         weight, prior = self.prior.weight, self.prior.acceptance
         blocks: list[list[float]] = []  # [accepted + prior, total + weight, buckets]
-        for accepted, total in zip(self.accepted, self.total):
+        for accepted, total in zip(self.accepted, self.total, strict=True):
             blocks.append([accepted + weight * prior, total + weight, 1])
-            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            while len(blocks) > 1 and _mean(blocks[-2]) > _mean(blocks[-1]):
                 last = blocks.pop()
-                blocks[-1] = [a + b for a, b in zip(blocks[-1], last)]
-        return [hits / seen for hits, seen, count in blocks for _ in range(int(count))]
+                blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
+        return [_mean(block) for block in blocks for _ in range(int(block[2]))]
 
     def acceptance(self, match_length: int, position: int) -> float:
         """b(ell + j) for a match agreeing on ell tokens and the 0-based position j."""
@@ -93,3 +93,7 @@ class LookupAcceptance:
             bucket = agreement_bucket(match_length + position)
             self.accepted[bucket] += float(position < num_accepted)
             self.total[bucket] += 1.0
+
+
+def _mean(block: list[float]) -> float:
+    return block[0] / block[1]

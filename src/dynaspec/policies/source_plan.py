@@ -12,8 +12,9 @@ A match offers L tokens. Let b_j be the probability that copied token j is accep
 that tokens 1 .. j-1 were, and Q_j = b_1 * ... * b_j. b_j is learned online as a function
 of how far back the source agrees with the text before token j: the match's agreement ell
 plus the j - 1 copied tokens accepted before it (lookup_acceptance.py), so a copy that has
-run on is trusted more than its first token. Copying runs no model, so its draft cost is 0: m copied tokens
-yield 1 + Q_1 + ... + Q_m tokens for V(m + 1) steps, and copied token j pays exactly when
+run on is trusted more than its first token. Copying runs no model, so its draft cost is 0:
+m copied tokens yield 1 + Q_1 + ... + Q_m tokens for V(m + 1) steps, and copied token j
+pays exactly when
 
     Q_j  >  rho * (V(j + 1) - V(j))
 
