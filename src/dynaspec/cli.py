@@ -285,10 +285,9 @@ def run_generate(args: argparse.Namespace) -> int:
         draft=args.draft,
         dtype=args.dtype,
         threads=args.threads,
+        with_draft=not args.no_draft,
         **fast_options(args),
     )
-    if args.no_draft:
-        draft = None
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from dynaspec.core.protocols import LookaheadPolicy, Proposal
+from dynaspec.core.protocols import DraftPlan, LookaheadPolicy, Proposal
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.prompt_lookup import PromptLookupDrafter, lookup_proposal, plan_round
@@ -26,6 +26,7 @@ class HybridDrafter:
     def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter) -> None:
         self.model = model
         self.lookup = lookup
+        self.plan = DraftPlan(0, 0)  # the round's, fixed in max_lookahead
 
     def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> None:
         self.model.begin(input_ids, max_length=max_length)
@@ -36,8 +37,8 @@ class HybridDrafter:
     ) -> int:
         match = self.lookup.find(tokens)
         options = self.lookup.options(match, self.model.catchup(tokens.numel()))
-        self.lookup.plan = plan_round(policy, options, remaining)
-        return self.lookup.plan.lookup_tokens + self.lookup.plan.model_tokens
+        self.plan = plan_round(policy, options, remaining)
+        return self.plan.lookup_tokens + self.plan.model_tokens
 
     def propose(
         self,
@@ -50,12 +51,12 @@ class HybridDrafter:
         lookup = self.lookup
         copied = lookup_proposal(
             lookup.match,
-            min(lookahead, lookup.plan.lookup_tokens),
+            min(lookahead, self.plan.lookup_tokens),
             sampler,
             lookup.vocab_size,
             lookup.search_s,
         )
-        more = min(lookahead - copied.num_lookup, lookup.plan.model_tokens)
+        more = min(lookahead - copied.num_lookup, self.plan.model_tokens)
         if more <= 0:
             return copied
         drafted = self.model.propose(

@@ -439,6 +439,7 @@ def load_models(
     compile: bool = False,
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
+    with_draft: bool = True,
 ) -> tuple[Any, Any, PreTrainedTokenizerBase]:
     """(target, draft, tokenizer): what `dynaspec generate`, `bench` and `oracle` decode with.
 
@@ -450,6 +451,7 @@ def load_models(
     threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
     models are all per-op overhead: one thread is fastest).
     static, compile, quantize, draft_quantize: the fast path, as in load_pair.
+    with_draft=False: the draft is neither loaded nor returned (None), e.g. for --no-draft.
     """
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
@@ -463,7 +465,10 @@ def load_models(
         if dtype is not None:
             torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
             target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
-        return make_fast(target_model, **fast), make_fast(draft_model, **draft_fast), tokenizer
+        draft_model = make_fast(draft_model, **draft_fast) if with_draft else None
+        return make_fast(target_model, **fast), draft_model, tokenizer
+    if target is None and not with_draft:
+        target = get_pair_preset(default_pair_name() if pair is None else pair).target
     if target is None:
         loaded = load_pair(
             pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
@@ -471,7 +476,7 @@ def load_models(
         return loaded.target, loaded.draft, loaded.tokenizer
     target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
     draft_model = None
-    if draft is not None:
+    if draft is not None and with_draft:
         draft_model, _ = _load_model(draft, dtype=dtype, threads=threads)
         draft_model = make_fast(draft_model, **draft_fast)
     return target_model, draft_model, tokenizer

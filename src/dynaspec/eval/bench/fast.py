@@ -10,6 +10,8 @@ target, so its output is compared with that target's own output (`reference`):
     int8-target      int8 target alone                         (a quantized model: not compared)
     int8-adaptive    int8 target + int8 draft, adaptive        vs int8-target
     fast-adaptive-int4, int8-adaptive-int4: the same with an int4 draft (half the draft's cost)
+    fast-hybrid      bf16 static target + int8 draft + prompt lookup, adaptive  vs static-target
+    int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
 
@@ -39,6 +41,7 @@ class FastMethod:
     draft: str | None  # draft variant ("int8", "int4"), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
+    lookup: bool = False  # prompt lookup too (the hybrid; the bench's LOOKUP_TOKENS)
 
 
 FAST_METHODS: dict[str, FastMethod] = {
@@ -57,6 +60,12 @@ FAST_METHODS: dict[str, FastMethod] = {
         ),
         FastMethod("int8-adaptive-int4", "int8", "int4", "int8-target", "int8 target, int4 draft"),
         FastMethod("int4-target", "int4", None, None, "int4 static-cache target alone"),
+        FastMethod(
+            "fast-hybrid", "bf16", "int8", "static-target", "bf16 static, int8 draft + lookup", True
+        ),
+        FastMethod(
+            "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
+        ),
     )
 }
 

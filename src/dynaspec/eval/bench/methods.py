@@ -200,10 +200,12 @@ class MethodRunner:
         if self.fast is None:
             raise ConfigError(f"method {name!r} needs the fast models (FastModels)")
         target, draft = self.fast.pair(name)
-        kwargs = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "adaptive"}
-        measured = self._measure_dynaspec(
-            input_ids, target=target, draft=draft, **(kwargs if draft is not None else {})
-        )
+        kwargs: dict[str, Any] = {}
+        if draft is not None:
+            kwargs = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "adaptive"}
+        if FAST_METHODS[name].lookup:
+            kwargs["prompt_lookup_num_tokens"] = LOOKUP_TOKENS
+        measured = self._measure_dynaspec(input_ids, target=target, draft=draft, **kwargs)
         return {**measured, "family": "fast", **self.fast.facts(name)}
 
     def _measure_llamacpp(self, input_ids: torch.Tensor) -> dict[str, Any]:
