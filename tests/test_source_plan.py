@@ -5,6 +5,8 @@ aside, when the model alone wins, and what is learned from a round with copied t
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dynaspec.core.protocols import DraftOptions, DraftPlan, RoundResult
 from dynaspec.policies import AdaptivePolicy
@@ -43,7 +45,7 @@ def test_expensive_verification_copies_less() -> None:
     assert policy.plan_sources(copy_only(10, 2), None) == DraftPlan(3, 0)
 
 
-def test_learned_acceptance_by_match_length_and_probes() -> None:
+def test_learned_acceptance_by_agreement_and_probes() -> None:
     policy = measured(prefill_s_per_token=0.1)
     for _ in range(10):  # 1-token matches, the first copy always wrong; V(4) = 2.5 steps
         policy.update(
@@ -144,3 +146,25 @@ def test_a_copy_that_runs_on_is_trusted_more() -> None:
     assert rates[2:5] == [pytest.approx(0.8)] * 3
     assert rates[5:] == [pytest.approx((80 + 1.6 + 1.6) / 84)] * 2
     assert table.acceptance(2, 30) == rates[5]  # 2 + 30 = 32 tokens of agreement
+
+
+@given(
+    rounds=st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 32), st.integers(0, 40)), max_size=40
+    )
+)
+def test_learned_rates_are_probabilities_that_never_fall_with_agreement(
+    rounds: list[tuple[int, int, int]],
+) -> None:
+    table = LookupAcceptance()
+    for match, copied, accepted in rounds:
+        table.learn(match, copied, accepted)
+    rates = table.rates()
+    assert len(rates) == len(table.total)
+    assert all(0.0 < rate <= 1.0 for rate in rates)
+    assert all(low <= high + 1e-12 for low, high in zip(rates, rates[1:], strict=False))
+    # Pooling keeps the evidence: weighted by observations + prior weight, the mean is kept.
+    weights = [total + table.prior.weight for total in table.total]
+    kept = sum(rate * weight for rate, weight in zip(rates, weights, strict=True))
+    hits = sum(table.accepted) + table.prior.weight * table.prior.acceptance * len(weights)
+    assert kept == pytest.approx(hits)

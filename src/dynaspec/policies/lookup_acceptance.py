@@ -11,10 +11,10 @@ behind an optimistic prior (0.8, as for the draft model's first token, so that a
 policy tries copying and learns), and the estimates are made non-decreasing in a (a longer
 agreement is never a weaker sign that the text is being copied; neighbouring buckets out of
 order are pooled), so an unexplored long agreement is trusted about as much as the shorter
-ones learned so far. When the rule
-keeps declining to copy, a probe copies one token now and then (each probe waiting twice as
-long as the last, as the draft model's probes do), so that a noisy early estimate cannot
-switch copying off for good. See policies/source_plan.py for how the policy uses it.
+ones learned so far. When the rule keeps declining to copy, a probe copies one token now
+and then (each probe waiting twice as long as the last, as the draft model's probes do), so
+that a noisy early estimate cannot switch copying off for good. See policies/source_plan.py
+for how the policy uses it.
 """
 
 from __future__ import annotations
