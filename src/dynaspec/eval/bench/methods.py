@@ -89,6 +89,8 @@ DEFAULT_METHODS: tuple[str, ...] = tuple(
 )
 BASELINE = "target"
 HF_ASSIST: dict[str, HFAssistConfig] = {"hf-heuristic": HF_HEURISTIC, "hf-dynamic": HF_DYNAMIC}
+# The settings of every adaptive method (model draft, prompt lookup, hybrid, fast methods).
+ADAPTIVE: dict[str, Any] = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "adaptive"}
 WARMUP_TOKENS = 8  # new tokens of each untimed warm-up generation
 WARMUP_PROMPT_TOKENS = 32  # prompt tokens of the warm-up generations
 # prompt_lookup_num_tokens: dynaspec's methods copy up to 32 tokens a round (the adaptive rule
@@ -160,9 +162,7 @@ class MethodRunner:
                 num_assistant_tokens_schedule="dynamic",
             )
         if name == "adaptive":
-            return self._measure_dynaspec(
-                input_ids, num_assistant_tokens=20, num_assistant_tokens_schedule="adaptive"
-            )
+            return self._measure_dynaspec(input_ids, **ADAPTIVE)
         if name == "adaptive-warm":
             if self.warm_policy is None:
                 self.warm_policy = _new_adaptive_policy()
@@ -174,9 +174,8 @@ class MethodRunner:
             return self._measure_dynaspec(
                 input_ids,
                 draft=None if name == "prompt-lookup" else self.draft,
-                num_assistant_tokens=20,
-                num_assistant_tokens_schedule="adaptive",
                 prompt_lookup_num_tokens=LOOKUP_TOKENS,
+                **ADAPTIVE,
             )
         if name == "hf-target":
             return self._measure_hf(input_ids, None)
@@ -201,9 +200,7 @@ class MethodRunner:
         if self.fast is None:
             raise ConfigError(f"method {name!r} needs the fast models (FastModels)")
         target, draft = self.fast.pair(name)
-        kwargs: dict[str, Any] = {}
-        if draft is not None:
-            kwargs = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "adaptive"}
+        kwargs: dict[str, Any] = dict(ADAPTIVE) if draft is not None else {}
         if FAST_METHODS[name].lookup:
             kwargs["prompt_lookup_num_tokens"] = LOOKUP_TOKENS
         measured = self._measure_dynaspec(input_ids, target=target, draft=draft, **kwargs)
