@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from round_helpers import make_round
 from tiny_models import ScriptedModel
 
 import dynaspec
 from dynaspec import GenerateOutput
+from dynaspec.core.round import DraftPlan
 from dynaspec.eval.cost_model import CostProfile
 from dynaspec.eval.oracle.replay import SimulatedTimePolicy
-from dynaspec.policies import DraftStep, RoundResult
-from dynaspec.policies.adaptive import AdaptivePolicy, pool_adjacent_violators
+from dynaspec.policies import DraftStep
+from dynaspec.policies.adaptive import AdaptivePolicy
+from dynaspec.policies.isotonic import pool_adjacent_violators
 
 
 def step(index: int, confidence: float) -> DraftStep:
@@ -20,15 +23,14 @@ def step(index: int, confidence: float) -> DraftStep:
 
 
 def result(drafted: int, accepted: int, *, draft_s: float, target_s: float, conf: float = 0.9):
-    return RoundResult(
-        num_drafted=drafted,
-        num_accepted=accepted,
-        confidences=(conf,) * drafted,
+    return make_round(
+        drafted,
+        accepted,
+        (conf,) * drafted,
         draft_time_s=draft_s * drafted,
         target_time_s=target_s,
-        num_verified=drafted + 1,
         draft_forwards=drafted,
-        draft_catchup=1,
+        catchup=1,
     )
 
 
@@ -38,11 +40,13 @@ def test_fresh_policy_rule_by_hand() -> None:
     policy = AdaptivePolicy(max_tokens=20)
     assert policy.threshold(0) == pytest.approx(0.25 + 0.05)
     assert policy.max_lookahead() == 20  # a_1 = 0.8 > 0.30
+    stopper = policy.stopper(DraftPlan(model=20))
     # Token 1 at confidence 0.95 -> bin 9, calibrated 0.95; prefix 0.95; next gain
     # 0.95 * 0.95 = 0.9025 > 0.30: continue.
-    assert policy.should_stop(step(0, 0.95)) is False
+    assert stopper.should_stop(step(0, 0.95)) is False
     # Token 2 at 0.5 -> bin 5, calibrated 0.55; prefix 0.5225; gain 0.287 < 0.30: stop.
-    assert policy.should_stop(step(1, 0.5)) is True
+    assert stopper.should_stop(step(1, 0.5)) is True
+    assert stopper.reason == "cost"
 
 
 def test_calibration_learns_from_outcomes() -> None:
@@ -53,17 +57,18 @@ def test_calibration_learns_from_outcomes() -> None:
     # Bin 9 saw 20 known outcomes (10 accepted, 10 rejected; the third token is unknown):
     # (10 + 2 * 0.95) / (20 + 2) = 0.541, below the priors of bins 6-8 (0.65, 0.75, 0.85,
     # weight 2 each), so monotone pooling merges bins 6-9: (2 * 2.25 + 11.9) / 28.
-    assert policy.acceptance(0.95) == pytest.approx(16.4 / 28)
-    assert policy.acceptance(0.65) == pytest.approx(16.4 / 28)
-    assert policy.acceptance(0.55) == pytest.approx(0.55)
-    assert policy.first_token_acceptance() == pytest.approx((10 + 1.6) / 12)
+    assert policy.calibration.acceptance(0.95) == pytest.approx(16.4 / 28)
+    assert policy.calibration.acceptance(0.65) == pytest.approx(16.4 / 28)
+    assert policy.calibration.acceptance(0.55) == pytest.approx(0.55)
+    assert policy.calibration.first_token_acceptance() == pytest.approx((10 + 1.6) / 12)
 
 
 def test_pool_adjacent_violators_is_monotone() -> None:
     assert pool_adjacent_violators([0.1, 0.5, 0.3, 0.9], [1, 1, 1, 1]) == pytest.approx(
         [0.1, 0.4, 0.4, 0.9]
     )
-    assert pool_adjacent_violators([0.5, 0.2], [3, 1]) == pytest.approx([0.425, 0.425])
+    # Sums and weights: means 0.5 (weight 3) and 0.2 (weight 1) pool to 1.7 / 4.
+    assert pool_adjacent_violators([1.5, 0.2], [3, 1]) == pytest.approx([0.425, 0.425])
 
 
 def test_costs_are_measured_in_target_steps() -> None:
@@ -71,16 +76,17 @@ def test_costs_are_measured_in_target_steps() -> None:
     for drafted in (1, 3, 5, 1, 3, 5):
         # Target: 0.2 s + 0.01 s per extra verified token; draft 0.05 s per token.
         policy.update(result(drafted, drafted, draft_s=0.05, target_s=0.2 + 0.01 * drafted))
-    assert policy.verify_cost(1) == pytest.approx(1.0)
-    assert policy.verify_cost(6) == pytest.approx(1.25)
-    assert policy.draft_cost() == pytest.approx(0.25)
+    assert policy.costs.verify_cost(1) == pytest.approx(1.0)
+    assert policy.costs.verify_cost(6) == pytest.approx(1.25)
+    assert policy.costs.draft_cost() == pytest.approx(0.25)
 
 
 def count_drafted(policy: AdaptivePolicy, confidence: float = 0.9) -> int:
     """Tokens the policy drafts in one round where every token has `confidence`."""
     limit = policy.max_lookahead()
+    stopper = policy.stopper(DraftPlan(model=limit))
     for index in range(limit):
-        if policy.should_stop(step(index, confidence)):
+        if stopper.should_stop(step(index, confidence)):
             return index + 1
     return limit
 
@@ -102,19 +108,21 @@ def test_draft_that_costs_more_than_it_saves_is_not_used() -> None:
     assert policy.max_lookahead() == 0
     # ... but a probe round comes back after `probe_interval` rounds without drafting.
     for _ in range(policy.config.probe_interval):
-        policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))
+        policy.update(make_round(0, 0, (), 0.0, 0.2, 1))
     assert policy.max_lookahead() == 1
 
 
 def test_probes_back_off_and_skip_expensive_catchups() -> None:
     policy = trained(draft_s=0.3)
-    interval = policy.probe_interval
-    policy.rounds_without_draft = interval
+    interval = policy.prober.interval
+    policy.prober.waited = interval
     # A draft 1000 tokens behind would cost far more than a target step to catch up.
     assert policy.max_lookahead(catchup=1000) == 0
-    assert policy.max_lookahead(catchup=1) == 1  # in step: no catch-up to pay
-    policy.update(result(1, 1, draft_s=0.3, target_s=0.2))  # the probe
-    assert policy.probe_interval == 2 * interval
+    plan = policy.model_plan(catchup=1)  # in step: no catch-up to pay
+    assert plan == DraftPlan(model=1, probe=True)
+    probe = make_round(1, 1, (0.9,), 0.3, 0.2, draft_forwards=1, catchup=1, plan=plan)
+    policy.update(probe)
+    assert policy.prober.interval == 2 * interval and policy.prober.waited == 0
     assert policy.max_lookahead() == 0  # still not worth drafting, next probe later
 
 
@@ -122,13 +130,13 @@ def test_cold_policy_weighs_the_drafts_catchup_against_the_tokens_left() -> None
     policy = AdaptivePolicy(max_tokens=20)
     # Nothing timed yet: the first round (the prompt's prefill) is a plain target step.
     assert policy.max_lookahead(catchup=200, remaining=1000) == 0
-    policy.update(RoundResult(0, 0, (), 0.0, 2.0, 200, 0, 0))  # prefill: 0.01 s per token
+    policy.update(make_round(0, 0, (), 0.0, 2.0, 200))  # prefill: 0.01 s per token
     assert policy.max_lookahead(catchup=201, remaining=1000) == 0  # no target step timed yet
-    policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))  # one step: 0.2 s
+    policy.update(make_round(0, 0, (), 0.0, 0.2, 1))  # one step: 0.2 s
     # Until several tokens are verified, the prefill gives the slope: 0.01 s = 0.05 steps.
-    assert policy.verify_cost(6) == pytest.approx(1.25)
+    assert policy.costs.verify_cost(6) == pytest.approx(1.25)
     # Catch-up of 201 extra tokens at c (prior 0.25) x 0.01 s / 0.2 s = 0.0125 steps each.
-    assert policy.catchup_cost(202) == pytest.approx(2.5125)
+    assert policy.costs.catchup_cost(202) == pytest.approx(2.5125)
     # a = 0.8 (prior), c = 0.25, V(n) = 1 + 0.05 (n - 1): k = 3 is best, 2.952 / 1.9.
     assert policy.expected_rate() == pytest.approx(2.952 / 1.9)
     # Savings R (1 - 1.9 / 2.952) against 2 x 2.5125: 3.56 for R = 10, 7.13 for R = 20.
@@ -139,8 +147,8 @@ def test_cold_policy_weighs_the_drafts_catchup_against_the_tokens_left() -> None
 
 def test_expensive_prefill_means_expensive_verification() -> None:
     policy = AdaptivePolicy(max_tokens=20)
-    policy.update(RoundResult(0, 0, (), 0.0, 20.0, 200, 0, 0))  # 0.1 s per prompt token
-    policy.update(RoundResult(0, 0, (), 0.0, 0.2, 1, 0, 0))
+    policy.update(make_round(0, 0, (), 0.0, 20.0, 200))  # 0.1 s per prompt token
+    policy.update(make_round(0, 0, (), 0.0, 0.2, 1))
     # Slope 0.5 steps per verified token: k = 1 is best, 1.8 / (0.25 + 1.5).
     assert policy.expected_rate() == pytest.approx(1.8 / 1.75)
     # Catch-up 201 x 0.25 x 0.5 = 25.1 steps; even 1000 tokens save only 1000 x 0.028.
@@ -221,9 +229,9 @@ def test_caller_policy_keeps_what_it_learned() -> None:
     dynaspec.generate(
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
     )
-    learned = sum(policy.inner.bin_total)
+    learned = sum(policy.inner.calibration.bin_total)
     assert learned > 0
     dynaspec.generate(
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
     )
-    assert sum(policy.inner.bin_total) > learned
+    assert sum(policy.inner.calibration.bin_total) > learned

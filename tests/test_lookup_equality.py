@@ -120,8 +120,8 @@ def test_copies_are_accepted_and_rejected(models: Models, arch: str) -> None:
         out = run(models, arch, "lookup", prompt_index, prompt_lookup_num_tokens=5)
         assert out.sequences.tolist() == models.reference(arch, prompt_index).tolist()
         for record in out.stats.rounds:
-            accepted += min(record.num_accepted, record.num_lookup)
-            rejected += record.num_lookup > record.num_accepted
+            accepted += min(record.num_accepted, record.num_copied)
+            rejected += record.num_copied > record.num_accepted
     assert accepted > 0 and rejected > 0, (accepted, rejected)
 
 
@@ -148,7 +148,7 @@ def test_hybrid_keeps_the_cache_invariants_on_real_caches(models: Models, draft_
         assert out.sequences.tolist() == models.reference("llama", prompt_index).tolist()
         assert len(streamer.rounds) == len(out.stats.rounds)
         assert target.cache.get_seq_length() == out.sequences.shape[1] - 1
-        carried += sum(r.num_lookup and r.num_drafted > r.num_lookup for r in out.stats.rounds)
+        carried += sum(r.num_copied and r.num_drafted > r.num_copied for r in out.stats.rounds)
     assert carried > 0  # the model carried on after a copy in some rounds
 
 

@@ -120,8 +120,8 @@ def sample_sequences(
             drafter = make_drafter(draft if hybrid else None, VOCAB_SIZE, (), lookup)
             out = decode(target, drafter, prompt, policy, sampler, limits)
             counts[tuple(out.sequences[0, len(PROMPT) :].tolist())] += 1
-            copied += sum(r.num_lookup for r in out.stats.rounds)
-            modelled += sum(r.num_drafted - r.num_lookup for r in out.stats.rounds)
+            copied += sum(r.num_copied for r in out.stats.rounds)
+            modelled += sum(r.num_drafted - r.num_copied for r in out.stats.rounds)
     return counts, copied, modelled
 
 

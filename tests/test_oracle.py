@@ -14,15 +14,23 @@ import json
 
 import pytest
 import torch
+from round_helpers import make_round
 from tiny_models import ScriptedModel
 
 import dynaspec
+from dynaspec.core.round import DraftOptions, Round
 from dynaspec.eval.cost_model import CostProfile
 from dynaspec.eval.oracle.args import add_oracle_arguments
 from dynaspec.eval.oracle.markdown import render_markdown
 from dynaspec.eval.oracle.measure import measure_prompt
 from dynaspec.eval.oracle.methods import default_policy_specs
-from dynaspec.eval.oracle.records import ORACLE, DraftTrace, PromptRecord, RoundInfo, rounds_of
+from dynaspec.eval.oracle.records import (
+    ORACLE,
+    DraftTrace,
+    PromptRecord,
+    censored_round,
+    round_row,
+)
 from dynaspec.eval.oracle.replay import (
     ReplayDraft,
     ReplayTarget,
@@ -40,7 +48,6 @@ from dynaspec.eval.oracle.summary import (
     read_bench_jsonl,
     run_shares,
 )
-from dynaspec.policies import RoundResult
 
 VOCAB = 16
 PROMPT = torch.tensor([[0, 1, 2, 3]])
@@ -90,8 +97,8 @@ def fake_record(real_oracle: bool = True) -> PromptRecord:
     )
 
 
-def pairs(rounds: tuple[RoundInfo, ...]) -> list[tuple[int, int]]:
-    return [(r.drafted, r.accepted) for r in rounds]
+def pairs(rounds: tuple[Round, ...]) -> list[tuple[int, int]]:
+    return [(r.num_drafted, r.num_accepted) for r in rounds]
 
 
 # Rounds (drafted, accepted) worked out by hand; positions are relative to the prompt's end.
@@ -110,7 +117,7 @@ def test_real_oracle_rounds_and_reference():
     assert record.num_first == N0
     assert record.real_oracle_lossless is True
     assert pairs(record.real_oracle) == ORACLE_ROUNDS
-    assert [r.censored for r in record.real_oracle] == [False, False, False, True]
+    assert [censored_round(r) for r in record.real_oracle] == [False, False, False, True]
     # the draft's confidence on each proposed token is recorded
     assert record.real_oracle[0].confidences == pytest.approx((0.95, 0.95, 0.25), abs=1e-6)
 
@@ -150,7 +157,9 @@ def test_replay_equals_real_decoding_for_every_policy():
             target, draft, PROMPT, max_new_tokens=MAX_NEW, policy=spec.make(reference)
         )
         assert out.sequences[0].tolist() == reference, spec.name
-        assert rounds_of(out.stats) == analysis.replays[spec.name], spec.name
+        rows = [round_row(r, with_confidences=True) for r in out.stats.rounds]
+        replayed = [round_row(r, with_confidences=True) for r in analysis.replays[spec.name]]
+        assert rows == replayed, spec.name
 
 
 def test_distribution_shares_and_histogram():
@@ -251,7 +260,13 @@ def test_simulated_time_policy_hands_cost_model_times():
     draft_s, target_s, verified = seen[1]
     assert (draft_s, target_s, verified) == (pytest.approx(0.2), pytest.approx(1.2), 3)
     wrapped = SimulatedTimePolicy(dynaspec.DynamicPolicy(20, 0.4), PROFILE)
-    assert wrapped.name == "dynamic" and wrapped.stop_reason == "confidence"
+    assert wrapped.name == "dynamic"
+    # The wrapper hands on the inner policy's plan and stopper (and so its needs_confidence).
+    stopper = wrapped.stopper(wrapped.plan(DraftOptions(1), None))
+    assert stopper.reason == "confidence" and stopper.needs_confidence
+    adaptive = SimulatedTimePolicy(dynaspec.AdaptivePolicy(20), PROFILE)
+    copy = DraftOptions(1, torch.tensor([3, 4]), 2)
+    assert adaptive.plan(copy, None) == adaptive.inner.plan(copy, None)
 
 
 def test_simulated_time_policy_charges_catchups_at_the_prefill_rate():
@@ -270,10 +285,10 @@ def test_simulated_time_policy_charges_catchups_at_the_prefill_rate():
     wrapped = SimulatedTimePolicy(Recorder(2), profile)
     # The prompt round: the draft catches up 8 tokens, then drafts 1 more; the target
     # verifies the 8 prompt tokens + 2 drafted.
-    wrapped.update(RoundResult(2, 1, (0.9, 0.9), 9.0, 9.0, 10, 2, draft_catchup=8))
+    wrapped.update(make_round(2, 1, (0.9, 0.9), 9.0, 9.0, 10, 2, catchup=8))
     # 8 x 0.05 + (2 - 1) x 0.1 for the draft, 10 x 0.3 for the target
     assert seen[0] == (pytest.approx(0.5), pytest.approx(3.0))
-    wrapped.update(RoundResult(1, 1, (0.9,), 9.0, 9.0, 2, 1, draft_catchup=1))
+    wrapped.update(make_round(1, 1, (0.9,), 9.0, 9.0, 2, 1, catchup=1))
     assert seen[1] == (pytest.approx(0.1), pytest.approx(1.1))  # a usual round: c_d, T(2)
 
 
@@ -299,7 +314,7 @@ def test_tiny_llama_replay_matches_real_static_and_oracle_runs():
     real = dynaspec.generate(
         target, draft, prompt, max_new_tokens=24, eos_token_id=[], policy=dynaspec.ConstantPolicy(3)
     )
-    assert pairs(rounds_of(real.stats)) == pairs(analysis.replays["constant-3"])
+    assert pairs(tuple(real.stats.rounds)) == pairs(analysis.replays["constant-3"])
 
 
 def test_bench_jsonl_is_read_defensively(tmp_path):

@@ -8,33 +8,29 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from round_helpers import make_round
 from tiny_models import ScriptedModel, shift_rule, tiny_model
 
 import dynaspec
 from dynaspec.core.config import SpecConfig
+from dynaspec.core.round import DraftOptions, DraftPlan, StopReason
 from dynaspec.errors import ConfigError
 from dynaspec.policies import (
+    AdaptivePolicy,
     ConstantPolicy,
     DraftStep,
     DynamicPolicy,
     HeuristicPolicy,
     LookaheadPolicy,
     OraclePolicy,
-    RoundResult,
+    Round,
+    Stopper,
     make_policy,
 )
 
 
-def result(num_drafted: int, num_accepted: int) -> RoundResult:
-    return RoundResult(
-        num_drafted=num_drafted,
-        num_accepted=num_accepted,
-        confidences=(0.5,) * num_drafted,
-        draft_time_s=0.0,
-        target_time_s=0.0,
-        num_verified=num_drafted + 1,
-        draft_forwards=num_drafted,
-    )
+def result(num_drafted: int, num_accepted: int) -> Round:
+    return make_round(num_drafted, num_accepted, (0.5,) * num_drafted)
 
 
 def step(
@@ -148,9 +144,21 @@ def test_every_policy_implements_the_protocol() -> None:
         HeuristicPolicy(2),
         DynamicPolicy(2, 0.4),
         OraclePolicy([1, 2], 3),
+        AdaptivePolicy(2),
     ):
         assert isinstance(policy, LookaheadPolicy)
-        assert isinstance(policy.name, str) and isinstance(policy.stop_reason, str)
+        stopper = policy.stopper(policy.plan(DraftOptions(1), None))
+        assert isinstance(stopper, Stopper) and isinstance(stopper.reason, StopReason)
+        assert isinstance(policy.name, str) and isinstance(stopper.needs_confidence, bool)
+
+
+def test_a_schedule_copies_the_whole_match_then_the_model_up_to_its_lookahead() -> None:
+    policy = ConstantPolicy(5)
+    copy = torch.tensor([4, 5, 6])
+    assert policy.plan(DraftOptions(1, copy, 2), None) == DraftPlan(3, 2)
+    assert policy.plan(DraftOptions(None, copy, 2), None) == DraftPlan(3, 0)  # no model
+    assert policy.plan(DraftOptions(1), None) == DraftPlan(0, 5)  # no match
+    assert ConstantPolicy(2).plan(DraftOptions(1, copy, 2), None) == DraftPlan(3, 0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,15 +56,15 @@ def test_find_match_by_hand() -> None:
     no_eos = torch.empty(0, dtype=torch.long)
     # "7 8" occurs at 1 and 5: the leftmost wins; it agrees on 3 tokens back (6 7 8).
     match = find_match(torch.tensor([6, 7, 8, 9, 6, 7, 8]), config, no_eos)
-    assert match.continuation.tolist() == [9, 6, 7] and match.length == 3
+    assert match.continuation.tolist() == [9, 6, 7] and match.agreement == 3
     # No earlier "5 2", but an earlier "2": the 1-gram is the fallback.
     match = find_match(torch.tensor([2, 4, 5, 2]), config, no_eos)
-    assert match.continuation.tolist() == [4, 5, 2] and match.length == 1
+    assert match.continuation.tolist() == [4, 5, 2] and match.agreement == 1
     # A match at the end: the continuation is cut by the end of the text.
     match = find_match(torch.tensor([1, 2, 3, 1, 2]), config, no_eos)
-    assert match.continuation.tolist() == [3, 1, 2] and match.length == 2
+    assert match.continuation.tolist() == [3, 1, 2] and match.agreement == 2
     match = find_match(torch.tensor([3, 3]), config, no_eos)
-    assert match.continuation.tolist() == [3] and match.length == 1
+    assert match.continuation.tolist() == [3] and match.agreement == 1
     # No match at all, and a match followed at once by EOS: nothing to copy.
     assert find_match(torch.tensor([1, 2, 3, 4]), config, no_eos) is None
     assert find_match(torch.tensor([1]), config, no_eos) is None
@@ -129,7 +129,7 @@ def lookup_alone(target_rule, prompt, **kwargs):  # noqa: ANN001, ANN201
 
 
 def rounds(out: dynaspec.GenerateOutput) -> list[tuple[int, int, int]]:
-    return [(r.num_lookup, r.num_accepted, r.num_emitted) for r in out.stats.rounds]
+    return [(r.num_copied, r.num_accepted, r.num_emitted) for r in out.stats.rounds]
 
 
 def test_copies_are_accepted_when_the_text_repeats() -> None:
@@ -137,8 +137,8 @@ def test_copies_are_accepted_when_the_text_repeats() -> None:
     # Round 1: "0" matched at 0, copies 1 2 0 (the end cuts the fourth): all right + 1.
     assert rounds(out) == [(3, 3, 4), (4, 4, 5)]
     assert target.calls == [[0, 1, 2, 0, 1, 2, 0], [1, 2, 0, 1, 2]]
-    assert all(r.draft_forwards == 0 and r.num_drafted == r.num_lookup for r in out.stats.rounds)
-    assert all(r.confidences == (1.0,) * r.num_lookup for r in out.stats.rounds)
+    assert all(r.draft_forwards == 0 and r.num_drafted == r.num_copied for r in out.stats.rounds)
+    assert all(r.confidences == (1.0,) * r.num_copied for r in out.stats.rounds)
 
 
 def test_no_match_is_the_target_alone() -> None:
@@ -150,7 +150,7 @@ def test_no_match_is_the_target_alone() -> None:
 def test_wrong_copies_are_rejected() -> None:
     # The prompt repeats "1 2" then "1": lookup copies "2 ..." but the target says 5.
     out, _ = lookup_alone(lambda p: 5 if p[-1] == 1 else 1, (1, 2, 3, 1), max_new_tokens=4)
-    assert out.stats.rounds[0].num_lookup == 3 and out.stats.rounds[0].num_accepted == 0
+    assert out.stats.rounds[0].num_copied == 3 and out.stats.rounds[0].num_accepted == 0
 
 
 def test_eos_in_a_continuation_is_not_copied_and_still_stops() -> None:
@@ -221,7 +221,7 @@ def test_the_model_carries_on_after_a_copy() -> None:
     out, target, draft = hybrid(rule, rule, (0, 1, 2, 3, 4, 0), policy, max_new_tokens=7)
     first = out.stats.rounds[0]
     # 3 copied (1 2 3), then the model drafts 6 - 3 = 3 more, all right: 7 tokens emitted.
-    assert (first.num_lookup, first.num_drafted, first.num_accepted) == (3, 6, 6)
+    assert (first.num_copied, first.num_drafted, first.num_accepted) == (3, 6, 6)
     # The model's first forward is fed the prompt and the three copied tokens ...
     assert draft.calls[0] == [0, 1, 2, 3, 4, 0, 1, 2, 3]
     # ... and the policy sees its tokens as the 4th to 6th of the round, at their positions.
@@ -232,7 +232,7 @@ def test_the_model_carries_on_after_a_copy() -> None:
 def test_no_match_is_the_draft_model_alone() -> None:
     rule = shift_rule(1, VOCAB_SIZE)
     out, _, draft = hybrid(rule, rule, (0,), ConstantPolicy(3), max_new_tokens=8)
-    assert all(r.num_lookup == 0 for r in out.stats.rounds)
+    assert all(r.num_copied == 0 for r in out.stats.rounds)
     assert [r.num_drafted for r in out.stats.rounds] == [3, 3]
     assert draft.calls[0] == [0]
 
@@ -246,7 +246,7 @@ def test_rejected_copy_leaves_no_uncommitted_token_in_the_draft() -> None:
         target_rule, draft_rule, (1, 2, 3, 1), ConstantPolicy(5), max_new_tokens=10
     )
     first = out.stats.rounds[0]
-    assert (first.num_lookup, first.num_accepted) == (3, 0)
+    assert (first.num_copied, first.num_accepted) == (3, 0)
     assert first.num_drafted == 5 and first.draft_forwards == 2
     assert draft.num_cached <= out.sequences.shape[1] - 1
 
@@ -258,7 +258,7 @@ def test_eos_drafted_by_the_model_after_a_copy() -> None:
     assert out.sequences[0].tolist() == [*prompt, 1, 2, 3, 4, 5]
     # Copies 1 2 3; the model drafts 4 and its EOS 5, and stops there: all accepted.
     [record] = out.stats.rounds
-    assert (record.num_lookup, record.num_drafted, record.num_accepted) == (3, 5, 5)
+    assert (record.num_copied, record.num_drafted, record.num_accepted) == (3, 5, 5)
     assert record.stop_reason == "eos" and record.num_emitted == 5
     assert draft.calls[0] == [*prompt, 1, 2, 3]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tiny_models import CacheCheckStreamer, NextTokenFn, ScriptedModel, shift_rule
 
 import dynaspec
-from dynaspec.policies import ConstantPolicy, DraftStep, OraclePolicy, RoundResult
+from dynaspec.policies import ConstantPolicy, DraftStep, OraclePolicy, Round
 
 VOCAB_SIZE = 16
 
@@ -260,7 +260,7 @@ class AlternatingPolicy(ConstantPolicy):
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens if self.round % 2 else 0
 
-    def update(self, result: RoundResult) -> None:
+    def update(self, round: Round) -> None:
         self.round += 1
 
 

@@ -5,10 +5,12 @@ aside, when the model alone wins, and what is learned from a round with copied t
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from round_helpers import make_round
 
-from dynaspec.core.protocols import DraftOptions, DraftPlan, RoundResult
+from dynaspec.core.round import DraftOptions, DraftPlan
 from dynaspec.policies import AdaptivePolicy
 from dynaspec.policies.lookup_acceptance import LookupAcceptance, agreement_bucket
 
@@ -17,13 +19,22 @@ def measured(prefill_s_per_token: float, step_s: float = 0.2) -> AdaptivePolicy:
     """A policy that has timed the target's prefill (200 tokens) and one decoding step: the
     verification slope is then prefill_s_per_token / step_s target steps per token."""
     policy = AdaptivePolicy(max_tokens=20)
-    policy.update(RoundResult(0, 0, (), 0.0, prefill_s_per_token * 200, 200, 0, 0))
-    policy.update(RoundResult(0, 0, (), 0.0, step_s, 1, 0, 0))
+    policy.update(make_round(0, 0, (), 0.0, prefill_s_per_token * 200, 200))
+    policy.update(make_round(0, 0, (), 0.0, step_s, 1))
     return policy
 
 
-def copy_only(length: int, match: int) -> DraftOptions:
-    return DraftOptions(model_catchup=None, lookup_tokens=length, lookup_match=match)
+def offer(catchup: int | None, length: int, agreement: int) -> DraftOptions:
+    """What the sources offer: a match of `length` tokens agreeing on `agreement`."""
+    return DraftOptions(catchup, torch.zeros(length, dtype=torch.long), agreement)
+
+
+def copy_only(length: int, agreement: int) -> DraftOptions:
+    return offer(None, length, agreement)
+
+
+def sources(plan: DraftPlan) -> tuple[int, int]:
+    return plan.copy, plan.model
 
 
 def test_agreement_buckets() -> None:
@@ -35,50 +46,52 @@ def test_agreement_buckets() -> None:
 def test_fresh_policy_copies_while_the_prefix_pays() -> None:
     # Priors: b = 0.8 per copied token, V(n) = 1 + 0.05 (n - 1), rate 1: copy j pays while
     # 0.8^j > 0.05, i.e. up to j = 13: the whole 10-token continuation.
-    assert AdaptivePolicy().plan_sources(copy_only(10, 2), None) == DraftPlan(10, 0)
+    assert sources(AdaptivePolicy().plan(copy_only(10, 2), None)) == (10, 0)
 
 
 def test_expensive_verification_copies_less() -> None:
     policy = measured(prefill_s_per_token=0.1)  # 0.5 target steps per verified token
-    assert policy.verify_cost(2) == pytest.approx(1.5)
+    assert policy.costs.verify_cost(2) == pytest.approx(1.5)
     # 0.8, 0.64, 0.512 > 0.5 > 0.8^4 = 0.41: three copied tokens.
-    assert policy.plan_sources(copy_only(10, 2), None) == DraftPlan(3, 0)
+    assert sources(policy.plan(copy_only(10, 2), None)) == (3, 0)
 
 
 def test_learned_acceptance_by_agreement_and_probes() -> None:
     policy = measured(prefill_s_per_token=0.1)
     for _ in range(10):  # 1-token matches, the first copy always wrong; V(4) = 2.5 steps
-        policy.update(
-            RoundResult(3, 0, (1.0,) * 3, 0.0, 0.5, 4, 0, 0, num_lookup=3, lookup_match=1)
-        )
+        policy.update(make_round(3, 0, (1.0,) * 3, 0.0, 0.5, 4, num_copied=3, agreement=1))
     # Agreement 1 (bucket 0): (0 + 2 * 0.8) / (10 + 2); the second copied token would
     # agree on 2 (bucket 1, never observed): the prior.
     assert policy.lookup.acceptance(1, 0) == pytest.approx(1.6 / 12)
     assert policy.lookup.acceptance(1, 1) == pytest.approx(0.8)
-    assert policy.plan_sources(copy_only(10, 8), None) == DraftPlan(3, 0)  # other bucket
+    assert sources(policy.plan(copy_only(10, 8), None)) == (3, 0)  # other bucket
     # Declined 7 times, then a probe copies one token; the next probe waits 16 declines.
-    plans = [policy.plan_sources(copy_only(10, 1), None) for _ in range(8)]
-    assert plans == [DraftPlan(0, 0)] * 7 + [DraftPlan(1, 0)]
-    assert policy.lookup.probe_interval == 16
+    plans = []
+    for _ in range(8):
+        plans.append(policy.plan(copy_only(10, 1), None))
+        policy.lookup.prober.learn(plans[-1].copy_choice)  # what update() does
+    assert [sources(plan) for plan in plans] == [(0, 0)] * 7 + [(1, 0)]
+    assert [plan.copy_choice for plan in plans] == ["declined"] * 7 + ["probed"]
+    assert policy.lookup.prober.interval == 16
 
 
 def test_the_model_carries_on_after_a_copy_when_verification_is_cheap() -> None:
     # A GPU-like target: prefill 0.001 s per token against a 0.2 s step (slope 0.005).
     policy = measured(prefill_s_per_token=0.001)
-    options = DraftOptions(model_catchup=1, lookup_tokens=4, lookup_match=4)
+    options = offer(1, 4, 4)
     # Copy all 4 (0.8^4 > 0.005); G(4) with Q_4 = 0.41, a = 0.8, c = 0.25: 0.08 > wasted
     # catch-up; the copy (2.34) + 0.08 beats the model alone (G(0) = 1.42).
-    assert policy.plan_sources(options, 100) == DraftPlan(4, 16)
-    assert policy._prefix == pytest.approx(0.8**4)  # the model's P_k starts at Q_4
+    plan = policy.plan(options, 100)
+    assert sources(plan) == (4, 16)
+    assert policy.stopper(plan).prefix == pytest.approx(0.8**4)  # P_k starts at Q_4
 
 
 def test_the_model_stands_aside_when_it_does_not_pay() -> None:
     policy = measured(prefill_s_per_token=0.001)
     for _ in range(5):  # a draft as slow as the target: 0.2 s per token
-        policy.update(RoundResult(2, 1, (0.9, 0.9), 0.4, 0.2, 3, 2, 1))
-    assert policy.draft_cost() == pytest.approx(1.0)
-    options = DraftOptions(model_catchup=1, lookup_tokens=4, lookup_match=4)
-    assert policy.plan_sources(options, 100) == DraftPlan(4, 0)
+        policy.update(make_round(2, 1, (0.9, 0.9), 0.4, 0.2, 3, 2, 1))
+    assert policy.costs.draft_cost() == pytest.approx(1.0)
+    assert sources(policy.plan(offer(1, 4, 4), 100)) == (4, 0)
     assert policy.max_lookahead(1, 100) == 0  # and alone it would not draft either
 
 
@@ -87,45 +100,44 @@ def test_a_poor_copy_gives_way_to_the_model() -> None:
     for _ in range(20):  # 1-token matches accepted 3 times in 10
         for accepted in (1, 1, 1, 0, 0, 0, 0, 0, 0, 0):
             policy.lookup.learn(1, 1, accepted)
-    options = DraftOptions(model_catchup=1, lookup_tokens=1, lookup_match=1)
-    assert policy.plan_sources(copy_only(1, 1), None) == DraftPlan(1, 0)  # worth copying
-    assert policy.plan_sources(options, 100) == DraftPlan(0, 20)  # but the model is worth more
+    assert sources(policy.plan(copy_only(1, 1), None)) == (1, 0)  # worth copying
+    assert sources(policy.plan(offer(1, 1, 1), 100)) == (0, 20)  # but the model is worth more
 
 
 def test_without_a_match_the_models_rule_is_unchanged() -> None:
     for catchup, remaining in ((1, None), (1, 3), (300, 10), (300, 10_000)):
         policy, twin = measured(0.01), measured(0.01)
-        plan = policy.plan_sources(DraftOptions(model_catchup=catchup), remaining)
-        assert plan == DraftPlan(0, twin.max_lookahead(catchup, remaining))
-    assert AdaptivePolicy().plan_sources(DraftOptions(None), None) == DraftPlan(0, 0)
+        plan = policy.plan(DraftOptions(catchup), remaining)
+        assert sources(plan) == (0, twin.max_lookahead(catchup, remaining))
+    assert AdaptivePolicy().plan(DraftOptions(None), None) == DraftPlan()
 
 
 def test_a_round_with_copied_tokens_teaches_both_sources_apart() -> None:
     policy = AdaptivePolicy()
     # 3 copied (all accepted) then 2 model tokens at confidence 0.95 (the first accepted).
-    policy.update(
-        RoundResult(5, 4, (1.0, 1.0, 1.0, 0.95, 0.95), 0.05, 0.3, 6, 2, 4, 3, lookup_match=2)
-    )
+    confidences = (1.0, 1.0, 1.0, 0.95, 0.95)
+    policy.update(make_round(5, 4, confidences, 0.05, 0.3, 6, 2, 4, 3, agreement=2))
     assert policy.lookup.total == [0, 2, 1, 0, 0, 0, 0]  # agreements 2, 3 and 4
     assert sum(policy.lookup.accepted) == 3.0
-    assert policy.bin_total[9] == 2 and policy.bin_accepted[9] == 1  # model tokens only
-    assert (policy.first_total, policy.first_accepted) == (1, 1)
-    assert policy.rounds_without_draft == 0
+    calibration = policy.calibration
+    assert calibration.bin_total[9] == 2 and calibration.bin_accepted[9] == 1  # model only
+    assert (calibration.first_total, calibration.first_accepted) == (1, 1)
+    assert policy.prober.waited == 0
     # A copy rejected at its second token: the model's tokens were never judged.
-    policy.update(RoundResult(5, 1, (1.0,) * 5, 0.05, 0.3, 6, 2, 4, 3, lookup_match=2))
+    policy.update(make_round(5, 1, (1.0,) * 5, 0.05, 0.3, 6, 2, 4, 3, agreement=2))
     assert policy.lookup.total[1] == 4.0 and policy.lookup.accepted[1] == 3.0  # 2 and 3
-    assert policy.bin_total[9] == 2 and policy.first_total == 1
+    assert calibration.bin_total[9] == 2 and calibration.first_total == 1
     # A round of copied tokens only: the draft model did not draft.
-    policy.update(RoundResult(2, 2, (1.0, 1.0), 0.0, 0.3, 3, 0, 0, 2, lookup_match=2))
-    assert policy.rounds_without_draft == 1
+    policy.update(make_round(2, 2, (1.0, 1.0), 0.0, 0.3, 3, 0, 0, 2, agreement=2))
+    assert policy.prober.waited == 1
 
 
 def test_lookup_acceptance_counts_known_outcomes_only() -> None:
     table = LookupAcceptance()
-    table.learn(match_length=5, num_copied=4, num_accepted=1)  # 2nd rejected, 3rd/4th unknown
+    table.learn(agreement=5, num_copied=4, num_accepted=1)  # 2nd rejected, 3rd/4th unknown
     assert table.total == [0, 0, 2, 0, 0, 0, 0]  # agreements 5 and 6
     assert table.accepted == [0, 0, 1, 0, 0, 0, 0]
-    table.learn(match_length=6, num_copied=3, num_accepted=6)  # copies and model all accepted
+    table.learn(agreement=6, num_copied=3, num_accepted=6)  # copies and model all accepted
     assert table.total == [0, 0, 4, 1, 0, 0, 0] and table.accepted == [0, 0, 3, 1, 0, 0, 0]
     assert table.prefix_probs(5, 2)[1] == pytest.approx(
         table.acceptance(5, 0) * table.acceptance(5, 1)
@@ -136,9 +148,9 @@ def test_a_copy_that_runs_on_is_trusted_more() -> None:
     table = LookupAcceptance()
     for _ in range(20):  # 2-token matches: the first copied token right 1 time in 4
         for accepted in (1, 0, 0, 0):
-            table.learn(match_length=2, num_copied=1, num_accepted=accepted)
+            table.learn(agreement=2, num_copied=1, num_accepted=accepted)
     for _ in range(20):  # long agreements: always right
-        table.learn(match_length=32, num_copied=4, num_accepted=4)
+        table.learn(agreement=32, num_copied=4, num_accepted=4)
     rates = table.rates()
     # Agreement 1 (never seen, prior 0.8) is pooled with 2-3 (learned 0.26): out of order.
     assert rates[:2] == [pytest.approx((1.6 + 20 + 1.6) / 84)] * 2

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
+from round_helpers import make_round
 from tiny_models import ScriptedModel, shift_rule
 
 import dynaspec
-from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
+from dynaspec.core.round import Round, StopReason
+from dynaspec.core.stats import GenerationStats, Summary
 
 
 def record(
@@ -18,16 +22,14 @@ def record(
     draft_time: float = 0.0,
     target_time: float = 0.0,
     other_time: float = 0.0,
-    stop_reason: str = "max",
-) -> RoundRecord:
-    return RoundRecord(
-        num_drafted=drafted,
-        num_accepted=accepted,
+    stop_reason: StopReason = StopReason.MAX,
+) -> Round:
+    made = make_round(drafted, accepted, (0.9,) * drafted, draft_time, target_time)
+    return replace(
+        made,
         num_emitted=emitted,
         stop_reason=stop_reason,
         draft_forwards=drafted,
-        draft_time_s=draft_time,
-        target_time_s=target_time,
         other_time_s=other_time,
     )
 

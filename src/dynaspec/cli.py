@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
+from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import DynaspecError
 from dynaspec.models.arguments import (
     TINY_PAIR,
@@ -27,6 +27,7 @@ from dynaspec.models.arguments import (
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
 from dynaspec.models.presets import DEFAULT_PAIR
+from dynaspec.policies import SCHEDULES
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +117,7 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument(
         "--schedule",
         default=DEFAULT_SCHEDULE,
-        choices=SCHEDULES,
+        choices=tuple(SCHEDULES),
         help="how many tokens the draft proposes per round; adaptive: measured, cost-aware; "
         "dynamic: the published confidence rule",
     )

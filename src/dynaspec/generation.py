@@ -90,9 +90,8 @@ def generate(
     models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
     check_lengths(models, prompt.shape[1], limits.max_new_tokens)
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
-    if policy is None:
-        policy = make_policy(spec)
-        policy.reset()
+    fresh = make_policy(spec)  # checks the schedule's name even when `policy` is given
+    policy = fresh if policy is None else policy
     # Processors run where the target's logits and the committed tokens live; each model
     # samples with a generator on its own device, the target's seeded with `seed`.
     on_target = prompt.to(getattr(target_adapter, "device", prompt.device))

@@ -16,9 +16,10 @@ import torch
 
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.processing import Emission
-from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter, Proposal, RoundResult
+from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter
+from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.stats import GenerationStats, RoundRecord
+from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
 from dynaspec.core.validation import check_finite
 from dynaspec.core.verify import greedy_accept, speculative_sample
@@ -35,15 +36,67 @@ class GenerateOutput:
     logits: tuple[torch.Tensor, ...] | None = None  # output_logits: (1, V) raw per token
 
 
-@dataclass
-class _Round:
-    """What one round produced, before EOS/length cuts."""
+@dataclass(frozen=True)
+class Checked:
+    """A round after the target's check, before the loop cuts and commits its tokens."""
 
+    plan: DraftPlan  # the policy's plan, cut to the room left
+    proposal: Proposal  # what the drafter proposed
+    stop_reason: StopReason  # why drafting stopped
+    num_accepted: int  # drafted tokens the target accepted
+    num_verified: int  # tokens in the target's forward
+    target_time_s: float  # wall time of that forward
     new_tokens: torch.Tensor  # (num_accepted + 1,) accepted draft tokens + the target's token
-    result: RoundResult
-    stop_reason: str
     scores: torch.Tensor  # (k + 1, V) the target's processed scores; row i chose new_tokens[i]
     logits: torch.Tensor  # (k + 1, V) the target's raw logits
+
+    def record(self, num_emitted: int, other_time_s: float) -> Round:
+        """The round's one record, once the loop knows how many tokens it committed."""
+        proposal = self.proposal
+        return Round(
+            plan=self.plan,
+            stop_reason=self.stop_reason,
+            num_drafted=proposal.tokens.numel(),
+            num_copied=proposal.num_copied,
+            num_accepted=self.num_accepted,
+            num_emitted=num_emitted,
+            num_verified=self.num_verified,
+            agreement=proposal.agreement,
+            catchup=proposal.catchup,
+            draft_forwards=proposal.draft_forwards,
+            confidences=proposal.confidences,
+            draft_time_s=proposal.draft_time_s,
+            target_time_s=self.target_time_s,
+            other_time_s=other_time_s,
+        )
+
+
+def draft(
+    drafter: Drafter | None,
+    tokens: torch.Tensor,
+    policy: LookaheadPolicy,
+    sampler: TokenSampler,
+    max_draft: int,
+    eos_token_ids: tuple[int, ...],
+) -> tuple[DraftPlan, Proposal, StopReason]:
+    """Offer, plan, propose: at most `max_draft` tokens after the committed `tokens` (n,)."""
+    empty = Proposal(tokens.new_empty(0), None, ())
+    if drafter is None:
+        return DraftPlan(), empty, StopReason.NONE
+    options = drafter.offer(tokens)
+    wanted = policy.plan(options, max_draft + 1)  # of at most the tokens still to emit
+    plan = wanted.within(max_draft)
+    if not wanted.total:
+        return plan, empty, StopReason.NONE
+    # The room left cut the plan (to nothing on the last token): LENGTH.
+    reason = StopReason.LENGTH if wanted.total > max_draft else StopReason.MAX
+    if not plan.total:
+        return plan, empty, reason
+    stopper = policy.stopper(plan)
+    proposal = drafter.propose(tokens, options, plan, stopper, sampler, eos_token_ids)
+    if proposal.stop_reason != StopReason.MAX:
+        reason = proposal.stop_reason
+    return plan, proposal, reason
 
 
 def speculative_round(
@@ -54,20 +107,10 @@ def speculative_round(
     sampler: TokenSampler,
     max_draft: int,
     eos_token_ids: tuple[int, ...] = (),
-) -> _Round:
+) -> Checked:
     """One round over committed `tokens` (n,); drafts at most `max_draft` tokens, and
     nothing after a drafted EOS (if the target accepts it, generation ends there)."""
-    wanted = 0
-    if drafter is not None:  # what the policy wants drafted, of at most the tokens still to emit
-        wanted = drafter.max_lookahead(tokens, policy, max_draft + 1)
-    lookahead = min(wanted, max_draft)
-    # "none": nothing wanted; "length": the room left cut the draft (to 0 on the last token).
-    stop_reason = "none" if wanted == 0 else ("length" if wanted > max_draft else "max")
-    proposal = Proposal(tokens.new_empty(0), None, (), stop_reason)
-    if lookahead:
-        proposal = drafter.propose(tokens, lookahead, policy, sampler, eos_token_ids)
-        if proposal.stop_reason != "max":
-            stop_reason = proposal.stop_reason
+    plan, proposal, stop_reason = draft(drafter, tokens, policy, sampler, max_draft, eos_token_ids)
     draft_tokens = proposal.tokens  # (k,)
     device = getattr(target, "device", None)
     start = device_clock(device)
@@ -87,20 +130,18 @@ def speculative_round(
         )
     else:
         num_accepted, next_token = greedy_accept(draft_tokens, target_scores)
-    result = RoundResult(
-        num_drafted=draft_tokens.numel(),
-        num_accepted=num_accepted,
-        confidences=proposal.confidences,
-        draft_time_s=proposal.draft_time_s,
-        target_time_s=target_time,
-        num_verified=verify_input.numel(),
-        draft_forwards=proposal.forwards,
-        draft_catchup=proposal.catchup,
-        num_lookup=proposal.num_lookup,
-        lookup_match=proposal.lookup_match,
-    )
     new_tokens = torch.cat([draft_tokens[:num_accepted], next_token.view(1)])
-    return _Round(new_tokens, result, stop_reason, target_scores, target_logits)
+    return Checked(
+        plan,
+        proposal,
+        stop_reason,
+        num_accepted,
+        verify_input.numel(),
+        target_time,
+        new_tokens,
+        target_scores,
+        target_logits,
+    )
 
 
 def _cut(new_tokens: torch.Tensor, room: int, eos: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -142,8 +183,8 @@ def decode(
     if streamer is not None:
         streamer.put(first[None].cpu())
     done = False
+    round_start = perf_counter()  # a round's other time includes the previous update
     while not done:
-        round_start = perf_counter()
         room = limits.max_new_tokens - (length - n0)
         step = speculative_round(
             target, drafter, tokens[:length], policy, sampler, room - 1, limits.eos_token_ids
@@ -159,27 +200,15 @@ def decode(
         target.crop(length - 1)
         if drafter is not None:
             drafter.crop(length - 1)
-        policy.update(step.result)
+        spent = perf_counter() - round_start
+        record = step.record(
+            new_tokens.numel(), spent - step.proposal.draft_time_s - step.target_time_s
+        )
+        round_start = perf_counter()
+        policy.update(record)
+        stats.rounds.append(record)
         if streamer is not None:
             streamer.put(new_tokens[None].cpu())
-        result = step.result
-        stats.rounds.append(
-            RoundRecord(
-                num_drafted=result.num_drafted,
-                num_accepted=result.num_accepted,
-                num_emitted=new_tokens.numel(),
-                stop_reason=step.stop_reason,
-                draft_forwards=result.draft_forwards,
-                draft_time_s=result.draft_time_s,
-                target_time_s=result.target_time_s,
-                other_time_s=perf_counter()
-                - round_start
-                - result.draft_time_s
-                - result.target_time_s,
-                confidences=result.confidences,
-                num_lookup=result.num_lookup,
-            )
-        )
     if streamer is not None:
         streamer.end()
     stats.wall_time_s = perf_counter() - started

@@ -1,24 +1,22 @@
-"""The small protocols the decoding loop calls, and the records it passes to them.
+"""The small protocols the decoding loop calls; the values they pass are in core/round.py.
 
 Everything above the core (policies, backends, drafters) satisfies one of these protocols,
 so the loop never imports a concrete policy, model adapter or draft source. See
 docs/architecture.md for the layers and the path of a token through a round.
 
 - `ModelAdapter`: a model behind a cache that can roll back (backends/).
-- `LookaheadPolicy`: how many tokens to draft, and when to stop (policies/).
+- `LookaheadPolicy`: plans each round and learns from it (policies/); its `Stopper` decides,
+  during one round, when the draft model stops.
 - `Drafter`: a source of draft tokens (drafters/): a draft model, prompt lookup, or both.
-- `DraftStep`, `RoundResult`: what a policy sees during and after a round.
-- `Proposal`: what a drafter hands to the verification.
-- `DraftOptions`, `DraftPlan`, `SourcePlanner`: what the draft sources offer before a round,
-  and a policy that chooses among them itself (the cost-aware one does).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, Round, StopReason
 
 if TYPE_CHECKING:
     from dynaspec.core.sampling import TokenSampler
@@ -55,92 +53,43 @@ class ModelAdapter(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class DraftStep:
-    """What the loop knows right after the draft proposed one token."""
+@runtime_checkable
+class Stopper(Protocol):
+    """When the draft model stops drafting, within one round; made by the policy for that
+    round (`LookaheadPolicy.stopper`) and dropped after it."""
 
-    index: int  # 0-based index of this token within the round's draft
-    position: int  # index the token would take in the committed token sequence
-    token: int  # the proposed token id
-    confidence: float  # draft's processed probability of `token`
+    reason: StopReason  # recorded when should_stop() returns True
+    # False: it decides nothing from single drafted tokens, so the drafter may draft the
+    # whole plan without reading each token back from the device, and asks afterwards.
+    needs_confidence: bool
 
-
-@dataclass(frozen=True)
-class RoundResult:
-    """What a policy learns from one finished round."""
-
-    num_drafted: int  # tokens the draft proposed
-    num_accepted: int  # of those, the prefix the target accepted
-    confidences: tuple[float, ...]  # draft probability of each drafted token
-    draft_time_s: float  # wall time in draft forwards this round (catch-up included)
-    target_time_s: float  # wall time of the target's verification forward
-    num_verified: int  # tokens in the target's verification forward (num_drafted + 1 usually)
-    draft_forwards: int  # draft forward calls this round
-    draft_catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
-    num_lookup: int = 0  # of the drafted tokens, the first ones copied by prompt lookup
-    lookup_match: int = 0  # tokens the lookup match agreed on, back from the newest (0: none)
+    def should_stop(self, step: DraftStep) -> bool:
+        """After the draft proposed one token: stop now? (the token is still checked)"""
+        ...
 
 
 @runtime_checkable
 class LookaheadPolicy(Protocol):
-    """How many tokens the draft proposes per round (see dynaspec/policies/__init__.py)."""
+    """Plans how far the sources draft each round (see dynaspec/policies/__init__.py)."""
 
     name: str
-    stop_reason: str  # recorded in the stats when should_stop() returns True
-    # False: the policy decides nothing from single drafted tokens, so the drafter may draft
-    # the whole lookahead without reading each token back from the device, and calls
-    # should_stop() afterwards. A policy without the attribute is treated as True.
-    needs_confidence: bool
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Forget everything learned."""
+        ...
 
-    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int: ...
+    def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
+        """The round's plan from what the sources offer; `remaining` = the most tokens the
+        call can still emit (None: unknown). Depends on committed tokens only."""
+        ...
 
-    def should_stop(self, step: DraftStep) -> bool: ...
+    def stopper(self, plan: DraftPlan) -> Stopper:
+        """The stop rule of the round that follows `plan`."""
+        ...
 
-    def update(self, result: RoundResult) -> None: ...
-
-
-@dataclass
-class Proposal:
-    """The tokens a drafter proposes in one round, and what proposing them cost."""
-
-    tokens: torch.Tensor  # (k,) proposed token ids, k >= 0
-    probs: torch.Tensor | None  # (k, V) proposal distributions (sampling only), else None
-    confidences: tuple[float, ...]  # drafter's probability of each proposed token
-    stop_reason: str  # why drafting stopped: "max", "eos", or the policy's stop reason
-    draft_time_s: float = 0.0  # wall time spent proposing (catch-up included)
-    forwards: int = 0  # draft model forward calls
-    catchup: int = 0  # tokens fed to the draft's first forward (>1: it was behind)
-    num_lookup: int = 0  # of `tokens`, the first ones copied by prompt lookup (point masses)
-    lookup_match: int = 0  # tokens the lookup match agreed on, back from the newest (0: none)
-
-
-@dataclass(frozen=True)
-class DraftOptions:
-    """What the draft sources offer before a round: a function of the committed tokens only."""
-
-    model_catchup: int | None  # tokens the draft model must be fed before its first
-    #                            proposal (1: in step); None: there is no draft model
-    lookup_tokens: int = 0  # tokens of the prompt-lookup continuation on offer (0: no match)
-    lookup_match: int = 0  # tokens the match agrees on, back from the newest (0: no match)
-
-
-@dataclass(frozen=True)
-class DraftPlan:
-    """Which sources draft in a round, and how far; fixed before any token is drafted."""
-
-    lookup_tokens: int  # propose this many prompt-lookup tokens first
-    model_tokens: int  # then at most this many draft-model tokens (0: the model stands aside)
-
-
-@runtime_checkable
-class SourcePlanner(Protocol):
-    """A policy that chooses the draft sources of a round itself (optional). For any other
-    policy, lookup proposes its whole continuation and the model carries on after it up to
-    the policy's `max_lookahead` (dynaspec.drafters.plan_round)."""
-
-    def plan_sources(self, options: DraftOptions, remaining: int | None) -> DraftPlan: ...
+    def update(self, round: Round) -> None:
+        """Learn from the finished round."""
+        ...
 
 
 @runtime_checkable
@@ -152,23 +101,23 @@ class Drafter(Protocol):
         """Start a sequence from a (1, T) prompt (`max_length`: see ModelAdapter.begin)."""
         ...
 
-    def max_lookahead(
-        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
-    ) -> int:
-        """The most tokens to draft after the committed `tokens` (n,) this round (0: none),
-        as `policy` decides from what this source offers; `remaining` = the most tokens the
-        call can still emit. Depends on committed tokens only; `propose` follows it."""
+    def offer(self, tokens: torch.Tensor) -> DraftOptions:
+        """What this source could propose after the committed `tokens` (n,): a function of
+        them only (the lookup match, the draft model's catch-up); changes nothing."""
         ...
 
     def propose(
         self,
         tokens: torch.Tensor,
-        lookahead: int,
-        policy: LookaheadPolicy,
+        options: DraftOptions,
+        plan: DraftPlan,
+        stopper: Stopper,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
     ) -> Proposal:
-        """Up to `lookahead` tokens continuing the committed `tokens` (n,)."""
+        """The tokens `plan` asks for, continuing the committed `tokens` (n,): `plan.copy`
+        of `options.copy`, then at most `plan.model` from the draft model, which stops
+        where `stopper` or an EOS says."""
         ...
 
     def crop(self, num_committed: int) -> None:

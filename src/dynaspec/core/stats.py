@@ -5,25 +5,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from dynaspec.core.round import Round
 
-@dataclass(frozen=True)
-class RoundRecord:
-    """One speculative round (or one plain target step when nothing was drafted)."""
-
-    num_drafted: int  # tokens the draft proposed
-    num_accepted: int  # drafted tokens the target accepted (a prefix of the draft)
-    num_emitted: int  # tokens committed: accepted + the target's own, cut at EOS/length
-    stop_reason: str  # why drafting stopped: confidence | max | length | eos | none | <policy's>
-    draft_forwards: int  # draft forward calls (one per drafted token; catch-up included)
-    draft_time_s: float  # wall time inside draft forwards
-    target_time_s: float  # wall time inside the target's forward
-    other_time_s: float  # the rest of the round: sampling, verification, bookkeeping
-    confidences: tuple[float, ...] = ()  # draft probability of each drafted token
-    num_lookup: int = 0  # of the drafted tokens, the first ones copied by prompt lookup
-
-    @property
-    def time_s(self) -> float:
-        return self.draft_time_s + self.target_time_s + self.other_time_s
+# The per-round record is the round's own value (core/round.py); the old name stays.
+RoundRecord = Round
 
 
 @dataclass(frozen=True)
@@ -68,7 +53,7 @@ class GenerationStats:
     """Records of every round of one generate() call."""
 
     prompt_tokens: int = 0
-    rounds: list[RoundRecord] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
     wall_time_s: float = 0.0  # the whole call, from validation to the last token
     # transformers class names (suffix dropped) of the logits processors, warpers and stopping
     # criteria active in the call, in the order they ran (EOS and length are always checked)

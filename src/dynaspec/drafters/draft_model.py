@@ -4,26 +4,27 @@ The draft's cache follows the same invariant as the target's (see docs/architect
 it holds committed tokens only, and may lag behind after rounds without drafting; it then
 catches up by being fed every committed token it has not seen in its first forward.
 
-Waiting for the device: a policy that decides after each token (`needs_confidence`) gets the
-token, its confidence and the finite-logits check in one transfer per drafted token. Any
-other policy drafts its whole lookahead without reading anything back, and the tokens,
-confidences and checks come back in one transfer at the end; the policy's `should_stop` and
-the EOS check then run over them in order, and the proposal ends where they say (the draft
-may have run a few forwards past that point; `crop` forgets them).
+Waiting for the device: a stopper that decides after each token (`needs_confidence`) gets
+the token, its confidence and the finite-logits check in one transfer per drafted token. Any
+other drafts the whole plan without reading anything back, and the tokens, confidences and
+checks come back in one transfer at the end; the stopper's `should_stop` and the EOS check
+then run over them in order, and the proposal ends where they say (the draft may have run a
+few forwards past that point; `crop` forgets them).
 """
 
 from __future__ import annotations
 
 import torch
 
-from dynaspec.core.protocols import DraftStep, LookaheadPolicy, ModelAdapter, Proposal
+from dynaspec.core.protocols import ModelAdapter, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
 from dynaspec.core.validation import check_finite
 
 
 class ModelDrafter:
-    """Drafts with a `ModelAdapter`, asking the policy after each token whether to stop."""
+    """Drafts with a `ModelAdapter`, asking the round's stopper after each token."""
 
     def __init__(self, model: ModelAdapter) -> None:
         self.model = model
@@ -36,30 +37,40 @@ class ModelDrafter:
         """Committed tokens the draft must still be fed before its first proposal."""
         return num_committed - self.model.num_cached
 
-    def max_lookahead(
-        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
-    ) -> int:
-        return policy.max_lookahead(self.catchup(tokens.numel()), remaining)
+    def offer(self, tokens: torch.Tensor) -> DraftOptions:
+        return DraftOptions(catchup=self.catchup(tokens.numel()))
 
     def propose(
         self,
         tokens: torch.Tensor,
+        options: DraftOptions,
+        plan: DraftPlan,
+        stopper: Stopper,
+        sampler: TokenSampler,
+        eos_token_ids: tuple[int, ...],
+    ) -> Proposal:
+        return self.draft(tokens, plan.model, stopper, sampler, eos_token_ids)
+
+    def draft(
+        self,
+        tokens: torch.Tensor,
         lookahead: int,
-        policy: LookaheadPolicy,
+        stopper: Stopper,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
         first_index: int = 0,
     ) -> Proposal:
-        """Drafts after `tokens` (committed, then any tokens another source proposed this
-        round: `first_index` of them, which offsets the DraftStep index the policy sees)."""
-        per_token = getattr(policy, "needs_confidence", True)
+        """Up to `lookahead` tokens after `tokens` (committed, then any tokens another source
+        proposed this round: `first_index` of them, which offsets the DraftStep index the
+        stopper sees)."""
+        per_token = stopper.needs_confidence
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
         drafted: list[torch.Tensor] = []  # 0-dim token ids
         rows: list[torch.Tensor] = []  # (V,) distributions, sampling only
         checks: list[torch.Tensor] = []  # per token: (token, confidence, finite) as float64
         steps: list[DraftStep] = []
-        stop_reason = "max"
+        stop_reason = StopReason.MAX
         started = device_clock(self.device)
         for index in range(lookahead):
             logits = self.model.forward(pending, 1)[0]  # (V,)
@@ -81,16 +92,18 @@ class ModelDrafter:
             checks.append(torch.stack([token.double(), probs[token].double(), _finite(logits)]))
             if per_token:  # one transfer: the token, its confidence and the check
                 step, reason = self._step(
-                    checks[-1].tolist(), index, first_index, tokens, policy, eos_token_ids
+                    checks[-1].tolist(), index, first_index, tokens, stopper, eos_token_ids
                 )
                 steps.append(step)
                 if reason is not None:
                     stop_reason = reason
                     break
             pending = token.view(1)
-        if not per_token and drafted:  # one transfer for the whole draft, then the policy
+        if not per_token and drafted:  # one transfer for the whole draft, then the stopper
             for index, values in enumerate(torch.stack(checks).tolist()):
-                step, reason = self._step(values, index, first_index, tokens, policy, eos_token_ids)
+                step, reason = self._step(
+                    values, index, first_index, tokens, stopper, eos_token_ids
+                )
                 steps.append(step)
                 if reason is not None:
                     stop_reason = reason
@@ -104,7 +117,7 @@ class ModelDrafter:
             confidences=tuple(step.confidence for step in steps),
             stop_reason=stop_reason,
             draft_time_s=device_clock(self.device) - started,
-            forwards=len(drafted),
+            draft_forwards=len(drafted),
             catchup=catchup,
         )
 
@@ -114,18 +127,18 @@ class ModelDrafter:
         index: int,
         first_index: int,
         tokens: torch.Tensor,
-        policy: LookaheadPolicy,
+        stopper: Stopper,
         eos_token_ids: tuple[int, ...],
-    ) -> tuple[DraftStep, str | None]:
+    ) -> tuple[DraftStep, StopReason | None]:
         """The DraftStep of the `index`-th drafted token (host values; `first_index` tokens
         another source proposed come before it), and why drafting stops there (None: on)."""
         token, confidence, finite = values
         check_finite(finite == 1.0, self.model)
         step = DraftStep(first_index + index, tokens.numel() + index, int(token), confidence)
         if step.token in eos_token_ids:
-            return step, "eos"
-        if policy.should_stop(step):
-            return step, policy.stop_reason
+            return step, StopReason.EOS
+        if stopper.should_stop(step):
+            return step, stopper.reason
         return step, None
 
     def crop(self, num_committed: int) -> None:

@@ -24,17 +24,12 @@ from time import perf_counter
 
 import torch
 
-from dynaspec.core.protocols import (
-    DraftOptions,
-    DraftPlan,
-    LookaheadPolicy,
-    Proposal,
-    SourcePlanner,
-)
+from dynaspec.core.protocols import Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, Proposal
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.errors import ConfigError
 
-MAX_MATCH_LENGTH = 32  # how far back a match's agreement is counted (a policy's feature)
+MAX_AGREEMENT = 32  # how far back a match's agreement is counted (a policy's feature)
 
 
 @dataclass(frozen=True)
@@ -56,14 +51,14 @@ class Match:
     """An earlier occurrence of the newest tokens, and what followed it."""
 
     continuation: torch.Tensor  # (L,) the tokens that followed it, cut before the first EOS
-    length: int  # tokens it agrees on, back from the newest (>= the n-gram size, capped)
+    agreement: int  # tokens it agrees on, back from the newest (>= the n-gram size, capped)
 
 
 def find_match(
     tokens: torch.Tensor,
     config: LookupConfig,
     eos: torch.Tensor,
-    max_length: int = MAX_MATCH_LENGTH,
+    max_agreement: int = MAX_AGREEMENT,
 ) -> Match | None:
     """The leftmost earlier occurrence of the longest matching suffix n-gram of `tokens` (n,),
     with transformers' semantics; None when there is none (or it is followed by EOS)."""
@@ -82,11 +77,11 @@ def find_match(
                 continuation = continuation[: int(ends[0, 0])]
         if not continuation.numel():  # transformers stops searching here too
             return None
-        reach = min(max_length, start)
+        reach = min(max_agreement, start)
         before = tokens[start - reach : start].flip(0)  # (reach,) newest first
         newest = tokens[total - reach :].flip(0)  # (reach,)
-        length = int((before == newest).int().cumprod(0).sum())
-        return Match(continuation, length)
+        agreement = int((before == newest).int().cumprod(0).sum())
+        return Match(continuation, agreement)
     return None
 
 
@@ -96,33 +91,21 @@ def point_masses(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return rows.scatter_(1, tokens.view(-1, 1), 1.0)
 
 
-def lookup_proposal(
-    match: Match, count: int, sampler: TokenSampler, vocab_size: int, seconds: float
+def copy_proposal(
+    options: DraftOptions, count: int, sampler: TokenSampler, vocab_size: int
 ) -> Proposal:
-    """The first `count` tokens of `match` as a Proposal of point masses."""
-    tokens = match.continuation[:count]
+    """The first `count` tokens on offer in `options` as a Proposal of point masses; its
+    time is the search's."""
+    copy = options.copy if options.copy is not None else torch.empty(0, dtype=torch.long)
+    tokens = copy[:count]  # (k,)
     return Proposal(
-        tokens=tokens,  # (k,)
-        probs=point_masses(tokens, vocab_size) if sampler.config.do_sample else None,  # (k, V)
+        tokens=tokens,
+        probs=point_masses(tokens, vocab_size) if sampler.config.do_sample else None,
         confidences=(1.0,) * tokens.numel(),
-        stop_reason="max",
-        draft_time_s=seconds,
-        num_lookup=tokens.numel(),
-        lookup_match=match.length if tokens.numel() else 0,
+        draft_time_s=options.search_s,
+        num_copied=tokens.numel(),
+        agreement=options.agreement if tokens.numel() else 0,
     )
-
-
-def plan_round(policy: LookaheadPolicy, options: DraftOptions, remaining: int | None) -> DraftPlan:
-    """The sources of a round: the policy's own choice when it is a SourcePlanner; otherwise
-    the whole lookup continuation, then the draft model up to the policy's max_lookahead
-    (counting the copied tokens)."""
-    if isinstance(policy, SourcePlanner):
-        return policy.plan_sources(options, remaining)
-    copied = options.lookup_tokens
-    if options.model_catchup is None:
-        return DraftPlan(copied, 0)
-    total = policy.max_lookahead(options.model_catchup + copied, remaining)
-    return DraftPlan(copied, max(total - copied, 0))
 
 
 class PromptLookupDrafter:
@@ -132,41 +115,29 @@ class PromptLookupDrafter:
         self.config = config
         self.vocab_size = vocab_size
         self.eos = torch.tensor(eos_token_ids, dtype=torch.long)
-        self.match = Match(torch.empty(0, dtype=torch.long), 0)  # the round's (may be empty)
-        self.plan = DraftPlan(0, 0)
-        self.search_s = 0.0  # wall time of the last search
 
     def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> None:
         self.eos = self.eos.to(input_ids.device)
 
-    def find(self, tokens: torch.Tensor) -> Match:
-        """Searches the committed `tokens` (n,); remembers the match (empty when there is
-        none) for `propose`."""
+    def offer(self, tokens: torch.Tensor) -> DraftOptions:
+        """Searches the committed `tokens` (n,) for a match."""
         start = perf_counter()
         match = find_match(tokens, self.config, self.eos)
-        self.match = match if match is not None else Match(tokens.new_empty(0), 0)
-        self.search_s = perf_counter() - start
-        return self.match
-
-    def options(self, match: Match, model_catchup: int | None = None) -> DraftOptions:
-        return DraftOptions(model_catchup, match.continuation.numel(), match.length)
-
-    def max_lookahead(
-        self, tokens: torch.Tensor, policy: LookaheadPolicy, remaining: int | None
-    ) -> int:
-        self.plan = plan_round(policy, self.options(self.find(tokens)), remaining)
-        return self.plan.lookup_tokens
+        seconds = perf_counter() - start
+        if match is None:
+            return DraftOptions(None, search_s=seconds)
+        return DraftOptions(None, match.continuation, match.agreement, seconds)
 
     def propose(
         self,
         tokens: torch.Tensor,
-        lookahead: int,
-        policy: LookaheadPolicy,
+        options: DraftOptions,
+        plan: DraftPlan,
+        stopper: Stopper,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
     ) -> Proposal:
-        count = min(lookahead, self.plan.lookup_tokens)
-        return lookup_proposal(self.match, count, sampler, self.vocab_size, self.search_s)
+        return copy_proposal(options, plan.copy, sampler, self.vocab_size)
 
     def crop(self, num_committed: int) -> None:
         pass  # nothing is cached: every search reads the committed tokens

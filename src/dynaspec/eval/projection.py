@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynaspec.core.round import Round
 from dynaspec.errors import ConfigError, InputError
 from dynaspec.eval.cost_model import CostProfile, pooled_speedup
 from dynaspec.eval.oracle.methods import default_policy_specs, dynamic_name
-from dynaspec.eval.oracle.records import ORACLE, PromptRecord, RoundInfo
+from dynaspec.eval.oracle.records import ORACLE, PromptRecord
 from dynaspec.eval.oracle.replay import ReplayText, replay
 from dynaspec.eval.provenance import command_line, git_state, library_versions
 
@@ -125,7 +126,7 @@ def project(records: Sequence[PromptRecord], pairs: Sequence[PairCosts]) -> list
     specs = {spec.name: spec for spec in default_policy_specs(static=(), thresholds=(0.4,))}
     texts = [ReplayText.of(record) for record in records]
 
-    def replays(method: str, profile: CostProfile | None) -> list[tuple[RoundInfo, ...]]:
+    def replays(method: str, profile: CostProfile | None) -> list[tuple[Round, ...]]:
         make = specs[method].make
         return [replay(r, make, profile, t) for r, t in zip(records, texts, strict=True)]
 
@@ -147,7 +148,7 @@ def project(records: Sequence[PromptRecord], pairs: Sequence[PairCosts]) -> list
 
 
 def _pooled(
-    rounds: Sequence[tuple[RoundInfo, ...]],
+    rounds: Sequence[tuple[Round, ...]],
     records: Sequence[PromptRecord],
     chosen: Sequence[int],
     profile: CostProfile,
@@ -155,8 +156,8 @@ def _pooled(
     return pooled_speedup(
         (
             (
-                [(r.drafted, r.accepted) for r in rounds[i]],
-                sum(r.emitted for r in rounds[i]),
+                [(r.num_drafted, r.num_accepted) for r in rounds[i]],
+                sum(r.num_emitted for r in rounds[i]),
                 records[i].num_first,
             )
             for i in chosen

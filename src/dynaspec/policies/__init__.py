@@ -1,23 +1,20 @@
-"""Lookahead policies: how many tokens the draft proposes in a round.
+"""Lookahead policies: how far the draft sources draft in a round.
 
-Every policy implements the same small protocol, so the decoding loop never changes when
-a policy is added:
+Every policy implements the same small protocol (`core.protocols.LookaheadPolicy`), so the
+decoding loop never changes when a policy is added:
 
-    reset()                 forget everything learned (called once per generate() unless
-                            the caller passes its own policy object to carry state over)
-    max_lookahead(catchup, remaining)
-                            the most tokens to draft this round (0: no drafting at all);
-                            catchup = tokens the draft must be fed before its first
-                            proposal (1 when it is in step, more after rounds without
-                            drafting, the whole prompt in the first round); remaining =
-                            the most tokens the call can still emit (None: unknown)
-    should_stop(step)       after drafting one token: stop drafting now? (the token is kept
-                            and sent to the target for checking)
-    update(result)          learn from the finished round
+    reset()                  forget everything learned (called once per generate() unless
+                             the caller passes its own policy object to carry state over)
+    plan(options, remaining) before a round, from what the sources offer (a lookup match,
+                             the draft model's catch-up): how many tokens to copy, then how
+                             many the draft model may add (a frozen DraftPlan); remaining =
+                             the most tokens the call can still emit
+    stopper(plan)            the round's stop rule: after each drafted token, stop now?
+    update(round)            learn from the finished round (the Round record)
 
-Optionally, `plan_sources(options, remaining)` (`core.protocols.SourcePlanner`) chooses the
-sources of a round when prompt lookup is on: how many tokens to copy and how many the draft
-model may add after them (the adaptive policy does, policies/source_plan.py).
+A policy that only sets a lookahead subclasses `Schedule` (policies/base.py) and gets the
+default plan (copy the whole match, then the model up to its lookahead) and stopper. A new
+schedule name is one entry in `SCHEDULES` below.
 
 A policy only changes how many tokens are drafted, never which tokens are accepted, so
 every policy is exactly as lossless as the loop.
@@ -25,13 +22,19 @@ every policy is exactly as lossless as the loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dynaspec.core.config import SpecConfig
-from dynaspec.core.protocols import DraftStep, LookaheadPolicy, RoundResult
+from dynaspec.core.protocols import LookaheadPolicy, Stopper
+from dynaspec.core.round import DraftStep, Round
 from dynaspec.errors import ConfigError
-from dynaspec.policies.adaptive import AdaptivePolicy
+from dynaspec.policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from dynaspec.policies.base import Schedule
 from dynaspec.policies.schedules import ConstantPolicy, DynamicPolicy, HeuristicPolicy, OraclePolicy
 
 __all__ = [
+    "SCHEDULES",
+    "AdaptiveConfig",
     "AdaptivePolicy",
     "ConstantPolicy",
     "DraftStep",
@@ -39,21 +42,30 @@ __all__ = [
     "HeuristicPolicy",
     "LookaheadPolicy",
     "OraclePolicy",
-    "RoundResult",
+    "Round",
+    "Schedule",
+    "Stopper",
     "make_policy",
 ]
 
+# `num_assistant_tokens_schedule` name -> a fresh policy configured from a SpecConfig.
+# "heuristic_transient" is transformers' name for a heuristic that starts afresh every call,
+# which is what every dynaspec policy does.
+SCHEDULES: dict[str, Callable[[SpecConfig], LookaheadPolicy]] = {
+    "dynamic": lambda c: DynamicPolicy(c.num_assistant_tokens, c.assistant_confidence_threshold),
+    "heuristic": lambda c: HeuristicPolicy(c.num_assistant_tokens),
+    "heuristic_transient": lambda c: HeuristicPolicy(c.num_assistant_tokens),
+    "constant": lambda c: ConstantPolicy(c.num_assistant_tokens),
+    "adaptive": lambda c: AdaptivePolicy(max_tokens=c.num_assistant_tokens),
+}
+
 
 def make_policy(config: SpecConfig) -> LookaheadPolicy:
-    """A fresh policy for a schedule name, configured from `config`."""
+    """A fresh policy for the schedule `config` names, configured from `config`."""
     schedule = config.num_assistant_tokens_schedule
-    k = config.num_assistant_tokens
-    if schedule == "constant":
-        return ConstantPolicy(k)
-    if schedule in ("heuristic", "heuristic_transient"):
-        return HeuristicPolicy(k)
-    if schedule == "dynamic":
-        return DynamicPolicy(k, config.assistant_confidence_threshold)
-    if schedule == "adaptive":
-        return AdaptivePolicy(max_tokens=k)
-    raise ConfigError(f"unknown num_assistant_tokens_schedule {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise ConfigError(
+            f"unknown num_assistant_tokens_schedule {schedule!r}; "
+            f"choose one of {', '.join(SCHEDULES)}"
+        )
+    return SCHEDULES[schedule](config)

@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dynaspec.core.round import Choice
+from dynaspec.policies.isotonic import pool_adjacent_violators
+from dynaspec.policies.prober import Prober
+
 NUM_BUCKETS = 7  # agreements 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+
 
 
@@ -40,60 +44,46 @@ def agreement_bucket(agreement: int) -> int:
 
 
 class LookupAcceptance:
-    """Counts of accepted copied tokens per agreement bucket."""
+    """Counts of accepted copied tokens per agreement bucket, and the copy's prober."""
 
     def __init__(self, prior: LookupPrior | None = None) -> None:
         self.prior = prior or LookupPrior()
         self.accepted = [0.0] * NUM_BUCKETS
         self.total = [0.0] * NUM_BUCKETS  # known outcomes per bucket
-        self.declined = 0  # matches declined since the last copy
-        self.probe_interval = self.prior.probe_interval
+        self.prober = Prober(self.prior.probe_interval, self.prior.max_probe_interval)
 
     def rates(self) -> list[float]:
         """b per bucket: each bucket's rate behind the prior, made non-decreasing by pooling
         neighbours that violate the order (weighted by their observations)."""
         weight, prior = self.prior.weight, self.prior.acceptance
-        blocks: list[list[float]] = []  # [accepted + prior, total + weight, buckets]
-        for accepted, total in zip(self.accepted, self.total, strict=True):
-            blocks.append([accepted + weight * prior, total + weight, 1])
-            while len(blocks) > 1 and _mean(blocks[-2]) > _mean(blocks[-1]):
-                last = blocks.pop()
-                blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
-        return [_mean(block) for block in blocks for _ in range(int(block[2]))]
+        sums = [accepted + weight * prior for accepted in self.accepted]
+        return pool_adjacent_violators(sums, [total + weight for total in self.total])
 
-    def acceptance(self, match_length: int, position: int) -> float:
+    def acceptance(self, agreement: int, position: int) -> float:
         """b(ell + j) for a match agreeing on ell tokens and the 0-based position j."""
-        return self.rates()[agreement_bucket(match_length + position)]
+        return self.rates()[agreement_bucket(agreement + position)]
 
-    def prefix_probs(self, match_length: int, count: int) -> list[float]:
+    def prefix_probs(self, agreement: int, count: int) -> list[float]:
         """Q_1 .. Q_count: the probability that the first j copied tokens are all accepted."""
         rates, prefix, probs = self.rates(), 1.0, []
         for position in range(count):
-            prefix *= rates[agreement_bucket(match_length + position)]
+            prefix *= rates[agreement_bucket(agreement + position)]
             probs.append(prefix)
         return probs
 
-    def probe(self, copied: int) -> int:
-        """The tokens to copy after the rule chose `copied`: 1 for a due probe when it chose
-        none (then the next probe waits twice as long), else `copied`."""
+    def choose(self, copied: int) -> tuple[int, Choice]:
+        """The tokens to copy after the rule chose `copied`, and the choice its prober learns
+        in `learn`: 1 for a due probe when the rule chose none."""
         if copied:
-            self.declined, self.probe_interval = 0, self.prior.probe_interval
-            return copied
-        self.declined += 1
-        if self.declined < self.probe_interval:
-            return 0
-        self.declined = 0
-        self.probe_interval = min(2 * self.probe_interval, self.prior.max_probe_interval)
-        return 1
+            return copied, Choice.CHOSEN
+        if self.prober.due(counting_this=True):
+            return 1, Choice.PROBED
+        return 0, Choice.DECLINED
 
-    def learn(self, match_length: int, num_copied: int, num_accepted: int) -> None:
+    def learn(self, agreement: int, num_copied: int, num_accepted: int) -> None:
         """One round that proposed `num_copied` copied tokens first; the target accepted
         `num_accepted` drafted tokens (copied ones and any after them)."""
         for position in range(min(num_copied, num_accepted + 1)):
-            bucket = agreement_bucket(match_length + position)
+            bucket = agreement_bucket(agreement + position)
             self.accepted[bucket] += float(position < num_accepted)
             self.total[bucket] += 1.0
-
-
-def _mean(block: list[float]) -> float:
-    return block[0] / block[1]

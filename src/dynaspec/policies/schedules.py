@@ -4,33 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dynaspec.core.protocols import DraftStep, RoundResult
+from dynaspec.core.round import DraftStep, Round, StopReason
+from dynaspec.policies.base import Schedule
 
 
-class ConstantPolicy:
+class ConstantPolicy(Schedule):
     """Always draft `num_assistant_tokens` tokens."""
 
     name = "constant"
-    stop_reason = "max"
     needs_confidence = False  # drafts the whole lookahead: no token is read back early
 
     def __init__(self, num_assistant_tokens: int = 5) -> None:
         self.num_assistant_tokens = num_assistant_tokens
 
-    def reset(self) -> None:
-        pass
-
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens
 
-    def should_stop(self, step: DraftStep) -> bool:
-        return False
 
-    def update(self, result: RoundResult) -> None:
-        pass
-
-
-class HeuristicPolicy:
+class HeuristicPolicy(Schedule):
     """transformers' heuristic: +2 after a round with every drafted token accepted, else -1.
 
     Starts at `num_assistant_tokens`, never goes below 1, and (as in transformers) has no
@@ -38,7 +29,6 @@ class HeuristicPolicy:
     """
 
     name = "heuristic"
-    stop_reason = "max"
     needs_confidence = False  # drafts the whole lookahead: no token is read back early
 
     def __init__(self, num_assistant_tokens: int = 5) -> None:
@@ -51,19 +41,16 @@ class HeuristicPolicy:
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.lookahead
 
-    def should_stop(self, step: DraftStep) -> bool:
-        return False
-
-    def update(self, result: RoundResult) -> None:
-        if result.num_drafted == 0:
+    def update(self, round: Round) -> None:
+        if round.num_drafted == 0:
             return
-        if result.num_accepted == result.num_drafted:
+        if round.num_accepted == round.num_drafted:
             self.lookahead += 2
         else:
             self.lookahead = max(1, self.lookahead - 1)
 
 
-class DynamicPolicy:
+class DynamicPolicy(Schedule):
     """Dynamic speculation lookahead (Mamou et al. 2024, "Dynamic Speculation Lookahead
     Accelerates Speculative Decoding of Large Language Models"): draft up to
     `num_assistant_tokens`, stopping as soon as the draft's probability of the token it just
@@ -71,15 +58,12 @@ class DynamicPolicy:
     """
 
     name = "dynamic"
-    stop_reason = "confidence"
+    stop_reason = StopReason.CONFIDENCE
     needs_confidence = True
 
     def __init__(self, num_assistant_tokens: int = 20, threshold: float = 0.4) -> None:
         self.num_assistant_tokens = num_assistant_tokens
         self.threshold = threshold
-
-    def reset(self) -> None:
-        pass
 
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.num_assistant_tokens
@@ -87,11 +71,8 @@ class DynamicPolicy:
     def should_stop(self, step: DraftStep) -> bool:
         return step.confidence < self.threshold
 
-    def update(self, result: RoundResult) -> None:
-        pass
 
-
-class OraclePolicy:
+class OraclePolicy(Schedule):
     """Draft until the first disagreement with a known target output (analysis only).
 
     `reference` is the full token sequence (prompt + new tokens) the target produces alone
@@ -100,15 +81,12 @@ class OraclePolicy:
     """
 
     name = "oracle"
-    stop_reason = "oracle"
+    stop_reason = StopReason.ORACLE
     needs_confidence = True
 
     def __init__(self, reference: Sequence[int], max_tokens: int = 64) -> None:
         self.reference = list(reference)
         self.max_tokens = max_tokens
-
-    def reset(self) -> None:
-        pass
 
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         return self.max_tokens
@@ -117,6 +95,3 @@ class OraclePolicy:
         if step.position >= len(self.reference):
             return True
         return step.token != self.reference[step.position]
-
-    def update(self, result: RoundResult) -> None:
-        pass

@@ -256,7 +256,7 @@ class MethodRunner:
             "rounds": summary.rounds,
             "accepted_per_round": [r.num_accepted for r in rounds],
             "drafted_per_round": [r.num_drafted for r in rounds],
-            "copied_per_round": [r.num_lookup for r in rounds],
+            "copied_per_round": [r.num_copied for r in rounds],
             "mean_accepted_per_round": summary.mean_accepted_per_round,
             "acceptance_rate": summary.acceptance_rate,
             "draft_forwards": summary.draft_forwards,
@@ -265,7 +265,7 @@ class MethodRunner:
             "target_time_s": summary.target_time_s,
             "other_time_s": summary.other_time_s,
             "inner_wall_time_s": summary.wall_time_s,
-            "stop_reasons": dict(Counter(r.stop_reason for r in rounds)),
+            "stop_reasons": dict(Counter(r.stop_reason.value for r in rounds)),
             "processors": list(summary.processors),
             "output_ids": output.sequences[0, self._lead(input_ids) :].tolist(),
         }

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from dynaspec.backends import ModelAdapter, as_adapter
+from dynaspec.core.round import Round
 from dynaspec.eval.oracle.methods import ORACLE_MAX_TOKENS
-from dynaspec.eval.oracle.records import DraftTrace, PromptRecord, RoundInfo, rounds_of
+from dynaspec.eval.oracle.records import DraftTrace, PromptRecord
 from dynaspec.generation import generate
 from dynaspec.policies import OraclePolicy
 
@@ -69,7 +70,7 @@ def measure_prompt(
     num_new = reference_out.stats.summary().new_tokens
     num_first = reference.numel() - num_new
     step_times = sorted(r.target_time_s for r in reference_out.stats.rounds[1:]) or [0.0]
-    rounds: tuple[RoundInfo, ...] | None = None
+    rounds: tuple[Round, ...] | None = None
     lossless: bool | None = None
     oracle_time = 0.0
     if real_oracle:
@@ -81,7 +82,7 @@ def measure_prompt(
             eos_token_id=eos,
             policy=OraclePolicy(reference.tolist(), max_tokens=ORACLE_MAX_TOKENS),
         )
-        rounds = rounds_of(oracle_out.stats)
+        rounds = tuple(oracle_out.stats.rounds)
         lossless = torch.equal(oracle_out.sequences[0], reference)
         oracle_time = oracle_out.stats.wall_time_s
     started = perf_counter()

@@ -7,53 +7,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynaspec.core.stats import GenerationStats
+from dynaspec.core.round import DraftPlan, Round, StopReason
 
 ORACLE = "oracle"  # method name of the oracle policy in every table
 
 
-@dataclass(frozen=True)
-class RoundInfo:
-    """One round of a decode, as the analysis needs it (from a stats.RoundRecord)."""
-
-    drafted: int  # tokens the draft proposed
-    accepted: int  # of those, the prefix the target accepted
-    emitted: int  # tokens committed (accepted + the target's own, cut at EOS/length)
-    stop_reason: str  # why drafting stopped (stats.RoundRecord.stop_reason)
-    draft_forwards: int  # draft forward calls
-    confidences: tuple[float, ...] = ()  # draft probability of each drafted token
-
-    @property
-    def censored(self) -> bool:
-        """True when drafting stopped before the draft's first wrong token was seen (cut by
-        max_new_tokens, EOS or a cap): the true agreeing run is >= `accepted`."""
-        return self.stop_reason != ORACLE or self.emitted < self.accepted + 1
-
-    def to_json(self, with_confidences: bool = False) -> list[Any]:
-        row: list[Any] = [self.drafted, self.accepted, self.emitted, self.stop_reason]
-        row.append(self.draft_forwards)
-        if with_confidences:
-            row.append([round(c, 5) for c in self.confidences])
-        return row
-
-    @classmethod
-    def from_json(cls, row: Sequence[Any]) -> RoundInfo:
-        confidences = tuple(float(c) for c in row[5]) if len(row) > 5 else ()
-        return cls(int(row[0]), int(row[1]), int(row[2]), str(row[3]), int(row[4]), confidences)
+def censored_round(record: Round) -> bool:
+    """True when drafting stopped before the draft's first wrong token was seen (cut by
+    max_new_tokens, EOS or a cap): the true agreeing run is >= `num_accepted`."""
+    return record.stop_reason != ORACLE or record.num_emitted < record.num_accepted + 1
 
 
-def rounds_of(stats: GenerationStats) -> tuple[RoundInfo, ...]:
-    """The rounds of a finished decode."""
-    return tuple(
-        RoundInfo(
-            drafted=r.num_drafted,
-            accepted=r.num_accepted,
-            emitted=r.num_emitted,
-            stop_reason=r.stop_reason,
-            draft_forwards=r.draft_forwards,
-            confidences=tuple(r.confidences),
-        )
-        for r in stats.rounds
+def round_row(record: Round, with_confidences: bool = False) -> list[Any]:
+    """The round as a compact JSON row: drafted, accepted, emitted, stop reason, draft
+    forwards (and confidences)."""
+    row: list[Any] = [record.num_drafted, record.num_accepted, record.num_emitted]
+    row += [record.stop_reason.value, record.draft_forwards]
+    if with_confidences:
+        row.append([round(c, 5) for c in record.confidences])
+    return row
+
+
+def round_from_row(row: Sequence[Any]) -> Round:
+    """The round of a row written by `round_row` (what it does not hold is zero)."""
+    confidences = tuple(float(c) for c in row[5]) if len(row) > 5 else ()
+    drafted = int(row[0])
+    return Round(
+        plan=DraftPlan(model=drafted),
+        stop_reason=StopReason(str(row[3])),
+        num_drafted=drafted,
+        num_copied=0,
+        num_accepted=int(row[1]),
+        num_emitted=int(row[2]),
+        num_verified=drafted + 1,
+        agreement=0,
+        catchup=0,
+        draft_forwards=int(row[4]),
+        confidences=confidences,
+        draft_time_s=0.0,
+        target_time_s=0.0,
     )
 
 
@@ -82,7 +74,7 @@ class PromptRecord:
     eos_token_ids: tuple[int, ...]  # ids that ended generation
     max_new_tokens: int  # the length limit of every decode
     trace: DraftTrace  # teacher-forced draft predictions along the reference
-    real_oracle: tuple[RoundInfo, ...] | None  # rounds of the real oracle run (None: skipped)
+    real_oracle: tuple[Round, ...] | None  # rounds of the real oracle run (None: skipped)
     real_oracle_lossless: bool | None  # the real oracle run's output equals the reference
     reference_time_s: float  # wall time of the reference decode (target alone)
     real_oracle_time_s: float  # wall time of the real oracle run (0 when skipped)
@@ -120,7 +112,7 @@ class PromptRecord:
             "trace_confidences": [round(c, 6) for c in self.trace.confidences],
             "real_oracle": None
             if self.real_oracle is None
-            else [r.to_json(with_confidences=True) for r in self.real_oracle],
+            else [round_row(r, with_confidences=True) for r in self.real_oracle],
             "real_oracle_lossless": self.real_oracle_lossless,
             "reference_time_s": self.reference_time_s,
             "real_oracle_time_s": self.real_oracle_time_s,
@@ -143,7 +135,7 @@ class PromptRecord:
                 tuple(int(t) for t in data["trace_tokens"]),
                 tuple(float(c) for c in data["trace_confidences"]),
             ),
-            real_oracle=None if real is None else tuple(RoundInfo.from_json(r) for r in real),
+            real_oracle=None if real is None else tuple(round_from_row(r) for r in real),
             real_oracle_lossless=data.get("real_oracle_lossless"),
             reference_time_s=float(data.get("reference_time_s", 0.0)),
             real_oracle_time_s=float(data.get("real_oracle_time_s", 0.0)),
@@ -157,10 +149,10 @@ class PromptAnalysis:
     """A prompt's record plus the replayed decodes of every policy on its reference."""
 
     record: PromptRecord
-    replays: dict[str, tuple[RoundInfo, ...]] = field(default_factory=dict)  # method -> rounds
+    replays: dict[str, tuple[Round, ...]] = field(default_factory=dict)  # method -> rounds
 
     @property
-    def oracle_rounds(self) -> tuple[RoundInfo, ...]:
+    def oracle_rounds(self) -> tuple[Round, ...]:
         """The oracle's rounds: the real run's when it was made, else the replay's."""
         if self.record.real_oracle is not None:
             return self.record.real_oracle
@@ -171,8 +163,8 @@ class PromptAnalysis:
         """The replayed oracle run has the real one's rounds (drafted, accepted), in order."""
         if self.record.real_oracle is None or ORACLE not in self.replays:
             return None
-        real = [(r.drafted, r.accepted) for r in self.record.real_oracle]
-        return real == [(r.drafted, r.accepted) for r in self.replays[ORACLE]]
+        real = [(r.num_drafted, r.num_accepted) for r in self.record.real_oracle]
+        return real == [(r.num_drafted, r.num_accepted) for r in self.replays[ORACLE]]
 
     def first_inconsistent_round(self) -> int | None:
         """Index of the first round where the replayed and real oracle differ (None: none)."""
@@ -180,6 +172,6 @@ class PromptAnalysis:
             return None
         real, replayed = self.record.real_oracle, self.replays[ORACLE]
         for index, (a, b) in enumerate(zip(real, replayed, strict=False)):
-            if (a.drafted, a.accepted) != (b.drafted, b.accepted):
+            if (a.num_drafted, a.num_accepted) != (b.num_drafted, b.num_accepted):
                 return index
         return None if len(real) == len(replayed) else min(len(real), len(replayed))

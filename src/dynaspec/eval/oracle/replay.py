@@ -12,18 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+from dynaspec.core.protocols import LookaheadPolicy, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, Round
 from dynaspec.errors import InputError
 from dynaspec.eval.cost_model import CostProfile
 from dynaspec.eval.oracle.methods import PolicyFactory, PolicySpec, default_policy_specs
-from dynaspec.eval.oracle.records import (
-    DraftTrace,
-    PromptAnalysis,
-    PromptRecord,
-    RoundInfo,
-    rounds_of,
-)
+from dynaspec.eval.oracle.records import DraftTrace, PromptAnalysis, PromptRecord
 from dynaspec.generation import generate
-from dynaspec.policies import DraftStep, LookaheadPolicy, RoundResult
 
 
 def confident_logits(token: int, confidence: float, vocab_size: int) -> torch.Tensor:
@@ -137,31 +132,27 @@ class SimulatedTimePolicy:
         self.profile = profile
         self.name = inner.name
 
-    @property
-    def stop_reason(self) -> str:
-        return self.inner.stop_reason
-
     def reset(self) -> None:
         self.inner.reset()
 
-    def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
-        return self.inner.max_lookahead(catchup, remaining)
+    def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
+        return self.inner.plan(options, remaining)
 
-    def should_stop(self, step: DraftStep) -> bool:
-        return self.inner.should_stop(step)
+    def stopper(self, plan: DraftPlan) -> Stopper:
+        return self.inner.stopper(plan)
 
-    def update(self, result: RoundResult) -> None:
+    def update(self, round: Round) -> None:
         profile = self.profile
-        draft_time = result.draft_forwards * profile.draft_token_s
-        target_time = profile.verify_time(result.num_verified)
+        draft_time = round.draft_forwards * profile.draft_token_s
+        target_time = profile.verify_time(round.num_verified)
         if profile.target_prefill_token_s > 0:  # catch-ups cost like the prefill
-            if result.num_verified > result.num_drafted + 1:
-                target_time = result.num_verified * profile.target_prefill_token_s
-            if result.draft_forwards and result.draft_catchup > 2:
-                draft_time += result.draft_catchup * profile.draft_prefill_token_s
+            if round.num_verified > round.num_drafted + 1:
+                target_time = round.num_verified * profile.target_prefill_token_s
+            if round.draft_forwards and round.catchup > 2:
+                draft_time += round.catchup * profile.draft_prefill_token_s
                 draft_time -= profile.draft_token_s
         self.inner.update(
-            dataclasses.replace(result, draft_time_s=draft_time, target_time_s=target_time)
+            dataclasses.replace(round, draft_time_s=draft_time, target_time_s=target_time)
         )
 
 
@@ -205,7 +196,7 @@ def replay(
     make_policy_for: PolicyFactory,
     profile: CostProfile | None = None,
     text: ReplayText | None = None,
-) -> tuple[RoundInfo, ...]:
+) -> tuple[Round, ...]:
     """Runs the decoding loop over the replay adapters of `record` with the policy that
     `make_policy_for(reference)` builds (the reference in the replay's own token ids).
 
@@ -234,7 +225,7 @@ def replay(
             f"the replay of {record.task}/{record.prompt_id} with {policy.name} did not "
             "reproduce the reference: a bug in dynaspec.eval.oracle.replay, please report it"
         )
-    return rounds_of(out.stats)
+    return tuple(out.stats.rounds)
 
 
 def analyze(

@@ -27,8 +27,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynaspec.core.round import Round
 from dynaspec.eval.cost_model import CostProfile, pooled_speedup
-from dynaspec.eval.oracle.records import PromptAnalysis, RoundInfo
+from dynaspec.eval.oracle.records import PromptAnalysis, censored_round
 
 OVERALL = "overall"  # group name of all prompts together
 RUN_BINS: tuple[tuple[str, int, float], ...] = (  # (label, lowest r, highest r)
@@ -83,15 +84,15 @@ def run_shares(runs: Sequence[int]) -> dict[str, dict[str, float]]:
     }
 
 
-def oracle_values(rounds: Iterable[RoundInfo]) -> tuple[list[int], list[int], int]:
+def oracle_values(rounds: Iterable[Round]) -> tuple[list[int], list[int], int]:
     """(oracle lookaheads, agreeing runs, censored rounds) of an oracle decode."""
     lookaheads, runs, censored = [], [], 0
     for r in rounds:
-        if r.censored:
+        if censored_round(r):
             censored += 1
         else:
-            lookaheads.append(r.drafted)
-            runs.append(r.accepted)
+            lookaheads.append(r.num_drafted)
+            runs.append(r.num_accepted)
     return lookaheads, runs, censored
 
 
@@ -118,15 +119,19 @@ def calibration(pairs: Iterable[tuple[float, bool]], bins: int = CALIBRATION_BIN
     ]
 
 
-def forward_counts(rounds: Sequence[RoundInfo]) -> dict[str, int]:
+def forward_counts(rounds: Sequence[Round]) -> dict[str, int]:
     """Target forwards (one per round) and draft forwards of one decode."""
     return {"target": len(rounds), "draft": sum(r.draft_forwards for r in rounds)}
 
 
 def _decode_for_cost(
-    rounds: Sequence[RoundInfo], prompt_tokens: int
+    rounds: Sequence[Round], prompt_tokens: int
 ) -> tuple[list[tuple[int, int]], int, int]:
-    return [(r.drafted, r.accepted) for r in rounds], sum(r.emitted for r in rounds), prompt_tokens
+    return (
+        [(r.num_drafted, r.num_accepted) for r in rounds],
+        sum(r.num_emitted for r in rounds),
+        prompt_tokens,
+    )
 
 
 def method_names(analyses: Sequence[PromptAnalysis]) -> list[str]:
@@ -360,7 +365,7 @@ def _timeline(analyses: Sequence[PromptAnalysis]) -> dict[str, Any] | None:
             continue
         start, points = 0, []
         for r in chosen.replays[method]:
-            points.append([start, r.drafted, r.accepted])
-            start += r.emitted
+            points.append([start, r.num_drafted, r.num_accepted])
+            start += r.num_emitted
         series[method] = points
     return {"task": chosen.record.task, "id": chosen.record.prompt_id, "series": series}

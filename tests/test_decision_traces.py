@@ -1,0 +1,65 @@
+"""Every schedule makes the same decisions as before the round became a value: scripted
+rounds (tests/decision_scenarios.py) replayed through today's policies give the committed
+traces, recorded with the policies of 141d887."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from decision_scenarios import SCENARIOS, Outcome, Planned, trace
+
+from dynaspec.core.config import SpecConfig
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
+from dynaspec.policies import make_policy
+
+TRACES = json.loads((Path(__file__).parent / "data" / "decision_traces.json").read_text())
+
+
+def driver(schedule: str):
+    """The scenario's three calls on a policy of `schedule`, through today's protocol."""
+    lookahead = 5 if schedule == "heuristic" else 20
+    policy = make_policy(SpecConfig(lookahead, num_assistant_tokens_schedule=schedule))
+    policy.reset()
+    plans: dict[int, DraftPlan] = {}
+
+    def plan(catchup, copy_tokens, agreement, remaining):
+        copy = torch.zeros(copy_tokens, dtype=torch.long) if copy_tokens else None
+        options = DraftOptions(catchup, copy, agreement if copy_tokens else 0)
+        made = policy.plan(options, remaining)
+        planned = Planned(made.copy, made.model)
+        plans[id(planned)] = made
+        return planned
+
+    def start(planned):
+        stopper = policy.stopper(plans[id(planned)])
+        return lambda i, pos, tok, conf: stopper.should_stop(DraftStep(i, pos, tok, conf))
+
+    def update(planned, o: Outcome):
+        made = plans.pop(id(planned))
+        policy.update(
+            Round(
+                plan=made,
+                stop_reason=StopReason.MAX,
+                num_drafted=o.drafted,
+                num_copied=o.copied,
+                num_accepted=o.accepted,
+                num_emitted=o.accepted + 1,
+                num_verified=o.verified,
+                agreement=o.agreement,
+                catchup=o.catchup,
+                draft_forwards=o.draft_forwards,
+                confidences=o.confidences,
+                draft_time_s=o.draft_time_s,
+                target_time_s=o.target_time_s,
+            )
+        )
+
+    return plan, start, update
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: "/".join(map(str, s)))
+def test_decisions_are_those_recorded(scenario) -> None:
+    assert trace(driver, *scenario) == TRACES["/".join(map(str, scenario))]
