@@ -18,70 +18,15 @@ import torch
 from dynaspec.core.config import DEFAULT_SCHEDULE, SCHEDULES
 from dynaspec.errors import DynaspecError
 from dynaspec.models.arguments import (
-    TINY_PAIR,
-    add_dtype_and_threads,
+    add_fast_arguments,
+    add_model_arguments,
+    check_model_arguments,
+    fast_options,
     float_in,
     int_at_least,
-    pair_name,
 )
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
-from dynaspec.models.presets import DEFAULT_PAIR
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pair / --target / --draft / --dtype / --threads, shared by every subcommand."""
-    parser.add_argument(
-        "--pair",
-        type=pair_name,
-        default=None,
-        help=f"preset pair (default: {DEFAULT_PAIR}; '{TINY_PAIR}' = built-in random models, "
-        "nothing to download)",
-    )
-    parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
-    parser.add_argument(
-        "--draft", help="draft model (with --target): preset name, HF folder, .gguf or hub id"
-    )
-    add_dtype_and_threads(parser, float32_case="the tiny pair")
-
-
-def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
-    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static)."""
-    parser.add_argument(
-        "--static",
-        action="store_true",
-        help="static KV cache and prepacked bf16 weights (Llama/Qwen2; fastest bf16 on CPU)",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="static KV cache + torch.compile'd forwards (Llama/Qwen2 models; compiles once)",
-    )
-    parser.add_argument(
-        "--quantize",
-        choices=("int8", "int4"),
-        default=None,
-        help="weight-only quantization of target and draft (with a static KV cache)",
-    )
-    parser.add_argument(
-        "--draft-quantize",
-        choices=("none", "int8", "int4"),
-        default=None,
-        help="the draft's quantization, apart from the target's (default: as --quantize)",
-    )
-
-
-def fast_options(args: argparse.Namespace) -> dict[str, Any]:
-    """load_models() keywords static=, compile=, quantize=, draft_quantize= from the flags."""
-    options: dict[str, Any] = {
-        "static": bool(getattr(args, "static", False)),
-        "compile": bool(getattr(args, "compile", False)),
-        "quantize": getattr(args, "quantize", None),
-    }
-    draft_quantize = getattr(args, "draft_quantize", None)
-    if draft_quantize is not None:
-        options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
-    return options
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
@@ -93,16 +38,6 @@ def _warm_up(models: Sequence[Any], max_length: int) -> None:
                 print(f"[{role}] {model!r}: compiled in {seconds:.1f} s", file=sys.stderr)
 
 
-def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Combinations of model arguments that cannot work: argparse's error (exit 2)."""
-    if args.target is not None and args.pair is not None:
-        parser.error("give --pair or --target (with --draft), not both")
-    if args.draft is not None and args.target is None:
-        parser.error("--draft needs --target (a --pair brings its own draft)")
-    if args.pair is None and args.target is None:
-        args.pair = DEFAULT_PAIR
-
-
 def _add_generate(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
@@ -111,7 +46,7 @@ def _add_generate(subparsers: Any) -> None:
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
-    add_model_arguments(p)
+    add_model_arguments(p, float32_case="the tiny pair")
     add_fast_arguments(p)
     p.add_argument(
         "--schedule",
