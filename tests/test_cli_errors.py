@@ -18,6 +18,7 @@ import pytest
 from test_loading import write_tiny_gguf
 
 from dynaspec import cli
+from dynaspec.eval.compare import describe_divergence
 from dynaspec.models import cache as model_cache
 from dynaspec.models import loading
 
@@ -152,6 +153,17 @@ def test_arguments_that_contradict_each_other(capsys, argv, message) -> None:
     assert message in usage_error(capsys, "generate", *argv)
 
 
+def test_ctrl_c_while_an_instrument_runs_ends_quietly(capsys, monkeypatch) -> None:
+    from dynaspec.eval.bench import run as bench_run
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_run, "run_bench", interrupted)
+    code, out, err = run_cli(capsys, "bench", "--smoke")
+    assert code == 130 and err.strip() == "interrupted"
+
+
 def test_help_shows_the_defaults(capsys) -> None:
     code, out, _ = run_cli(capsys, "generate", "--help")
     assert code == 0
@@ -268,10 +280,10 @@ def test_first_line_names_pair_schedule_and_dtype(capsys) -> None:
 
 def test_a_tie_is_explained_in_one_line() -> None:
     tie = SimpleNamespace(kind="tie", position=37, dtype="bfloat16", steps=1.0)
-    text = cli.describe_divergence(tie)
+    text = describe_divergence(tie)
     assert "\n" not in text
     assert "from new token 37 on, at a bfloat16 tie" in text
     assert "either is its argmax within bfloat16 precision" in text
     assert "Not a bug; --dtype float32 makes such ties vanishingly rare" in text
     bug = SimpleNamespace(kind="BUG", position=3, dtype="float32", steps=40.0)
-    assert "NOT a numerical tie. Please report this bug" in cli.describe_divergence(bug)
+    assert "NOT a numerical tie. Please report this bug" in describe_divergence(bug)

@@ -11,6 +11,7 @@ import torch
 from dynaspec.cli import build_parser
 from dynaspec.eval.bench.args import add_bench_arguments
 from dynaspec.eval.oracle.args import add_oracle_arguments
+from dynaspec.models.arguments import pair_name
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.loading import (
     DEFAULT_DTYPE,
@@ -61,3 +62,11 @@ def test_every_subcommand_has_the_same_dtype_choices_and_default(parser):
     assert tuple(dtype.choices) == DTYPE_CHOICES
     assert dtype.default is None  # load_models(dtype=None): DEFAULT_DTYPE, float32 for tiny
     assert DEFAULT_DTYPE in dtype.help
+
+
+@pytest.mark.parametrize("parser", _subcommand_parsers(), ids=["generate", "bench", "oracle"])
+def test_every_subcommand_checks_pair_names_alike(parser):
+    pair = next(action for action in parser._actions if action.dest == "pair")
+    assert pair.type is pair_name  # defined once: dynaspec.models.arguments
+    models = {action.dest for action in parser._actions} & {"target", "draft"}
+    assert models in (set(), {"target", "draft"})  # the oracle runs presets only

@@ -1,88 +1,35 @@
 """Command line: `dynaspec generate | models | bench | oracle | devicecheck | project`.
 
-The CLI only parses arguments and builds configuration; the work lives in the library.
+The CLI only parses arguments, builds configuration and prints what the library returns;
+the work lives in the library and the instruments (eval/: `generate --compare`'s timed
+target-alone run is eval/compare.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import torch
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import DynaspecError
+from dynaspec.eval.bench.args import add_bench_arguments
+from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
+from dynaspec.eval.oracle.args import add_oracle_arguments
+from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
-    TINY_PAIR,
-    add_dtype_and_threads,
+    add_fast_arguments,
+    add_model_arguments,
+    check_model_arguments,
+    fast_options,
     float_in,
     int_at_least,
-    pair_name,
 )
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
-from dynaspec.models.presets import DEFAULT_PAIR
 from dynaspec.policies import SCHEDULES
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--pair / --target / --draft / --dtype / --threads, shared by every subcommand."""
-    parser.add_argument(
-        "--pair",
-        type=pair_name,
-        default=None,
-        help=f"preset pair (default: {DEFAULT_PAIR}; '{TINY_PAIR}' = built-in random models, "
-        "nothing to download)",
-    )
-    parser.add_argument("--target", help="target model: preset name, HF folder, .gguf or hub id")
-    parser.add_argument(
-        "--draft", help="draft model (with --target): preset name, HF folder, .gguf or hub id"
-    )
-    add_dtype_and_threads(parser, float32_case="the tiny pair")
-
-
-def add_fast_arguments(parser: argparse.ArgumentParser) -> None:
-    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static)."""
-    parser.add_argument(
-        "--static",
-        action="store_true",
-        help="static KV cache and prepacked bf16 weights (Llama/Qwen2; fastest bf16 on CPU)",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="static KV cache + torch.compile'd forwards (Llama/Qwen2 models; compiles once)",
-    )
-    parser.add_argument(
-        "--quantize",
-        choices=("int8", "int4"),
-        default=None,
-        help="weight-only quantization of target and draft (with a static KV cache)",
-    )
-    parser.add_argument(
-        "--draft-quantize",
-        choices=("none", "int8", "int4"),
-        default=None,
-        help="the draft's quantization, apart from the target's (default: as --quantize)",
-    )
-
-
-def fast_options(args: argparse.Namespace) -> dict[str, Any]:
-    """load_models() keywords static=, compile=, quantize=, draft_quantize= from the flags."""
-    options: dict[str, Any] = {
-        "static": bool(getattr(args, "static", False)),
-        "compile": bool(getattr(args, "compile", False)),
-        "quantize": getattr(args, "quantize", None),
-    }
-    draft_quantize = getattr(args, "draft_quantize", None)
-    if draft_quantize is not None:
-        options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
-    return options
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
@@ -94,16 +41,6 @@ def _warm_up(models: Sequence[Any], max_length: int) -> None:
                 print(f"[{role}] {model!r}: compiled in {seconds:.1f} s", file=sys.stderr)
 
 
-def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Combinations of model arguments that cannot work: argparse's error (exit 2)."""
-    if args.target is not None and args.pair is not None:
-        parser.error("give --pair or --target (with --draft), not both")
-    if args.draft is not None and args.target is None:
-        parser.error("--draft needs --target (a --pair brings its own draft)")
-    if args.pair is None and args.target is None:
-        args.pair = DEFAULT_PAIR
-
-
 def _add_generate(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
@@ -112,7 +49,7 @@ def _add_generate(subparsers: Any) -> None:
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
-    add_model_arguments(p)
+    add_model_arguments(p, float32_case="the tiny pair")
     add_fast_arguments(p)
     p.add_argument(
         "--schedule",
@@ -275,6 +212,7 @@ def describe_run(args: argparse.Namespace) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
+    from dynaspec.eval.compare import compare_with_target_alone, warm_up_both
     from dynaspec.eval.data import render_prompt, should_use_chat
     from dynaspec.generation import generate
 
@@ -304,34 +242,17 @@ def run_generate(args: argparse.Namespace) -> int:
         max_matching_ngram_size=args.max_matching_ngram_size,
         **generation_keywords(args),
     )
-    plain = {**options, "prompt_lookup_num_tokens": None, "max_matching_ngram_size": None}
     speculative = draft is not None or args.prompt_lookup is not None
     if args.compare and speculative:  # untimed warm-up of both paths
-        warm = {"max_new_tokens": min(4, args.max_new_tokens or 4)}
-        generate(target, draft, input_ids, **{**options, **warm})
-        generate(target, None, input_ids, **{**plain, **warm})
+        warm_up_both(target, draft, input_ids, options)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     out = generate(target, draft, input_ids, streamer=streamer, **options)
-    summary = out.stats.summary()
     label = "target alone" if draft is None else f"{args.schedule} speculative"
     if args.prompt_lookup is not None:
         label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
-    print(f"[{label}] {summary.line()}")
+    print(f"[{label}] {out.stats.summary().line()}")
     if args.compare and speculative:
-        started = time.perf_counter()
-        alone = generate(target, None, input_ids, **plain)
-        alone_s = time.perf_counter() - started
-        same = torch.equal(alone.sequences, out.sequences)
-        verdict = "identical" if same else "DIFFERENT"
-        if out.stats.do_sample:
-            verdict += " (sampling: outputs differ by design; distributions are equal)"
-        elif not same and not getattr(target.config, "is_encoder_decoder", False):
-            verdict += _explain_divergence(target, input_ids, alone.sequences, out.sequences)
-        speedup = alone_s / summary.wall_time_s
-        print(
-            f"[target alone] {alone.stats.summary().line()}\n"
-            f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
-        )
+        print(compare_with_target_alone(target, input_ids, out, options))
     return 0
 
 
@@ -351,33 +272,6 @@ def generation_keywords(args: argparse.Namespace) -> dict[str, Any]:
     return {key: value for key, value in chosen.items() if value is not None}
 
 
-def _explain_divergence(
-    target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
-) -> str:
-    """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.mismatch import classify_mismatch
-
-    start = input_ids.shape[1]
-    divergence = classify_mismatch(
-        target, input_ids, alone[0, start:].tolist(), speculative[0, start:].tolist()
-    )
-    return describe_divergence(divergence)
-
-
-def describe_divergence(divergence: Any) -> str:
-    """What a greedy divergence (a classified mismatch: kind, position, dtype, steps) means,
-    as the end of the --compare line."""
-    if divergence.kind == "tie":
-        return (
-            f" from new token {divergence.position} on, at a {divergence.dtype} tie: both "
-            f"tokens' logits lie within {divergence.steps:.1f} {divergence.dtype} steps of the "
-            f"target's top logit there, so either is its argmax within {divergence.dtype} "
-            "precision (a forward over several tokens rounds differently from a forward over "
-            "one). Not a bug; --dtype float32 makes such ties vanishingly rare."
-        )
-    return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
-
-
 def _add_models(subparsers: Any) -> None:
     p = subparsers.add_parser("models", help="list model presets and whether they are ready")
     p.set_defaults(func=lambda args: _print_models())
@@ -390,48 +284,47 @@ def _print_models() -> int:
     return 0
 
 
-# The instruments' subcommands: (name, help, module, its argument adder, its runner).
-_INSTRUMENTS = (
-    (
-        "bench",
-        "benchmark schedules and peers side by side",
-        "dynaspec.eval.bench.args",
-        "add_bench_arguments",
-        "dynaspec.eval.bench.run",
-        "run_bench",
-    ),
-    (
-        "oracle",
-        "oracle lookahead analysis over a data set",
-        "dynaspec.eval.oracle.args",
-        "add_oracle_arguments",
-        "dynaspec.eval.oracle.run",
-        "run_oracle",
-    ),
+def _run_bench(args: argparse.Namespace) -> int:
+    """`dynaspec bench`; its modules load only when it runs."""
+    from dynaspec.eval.bench.run import run_bench
+
+    return run_bench(args)
+
+
+def _run_oracle(args: argparse.Namespace) -> int:
+    """`dynaspec oracle`; its modules load only when it runs."""
+    from dynaspec.eval.oracle.run import run_oracle
+
+    return run_oracle(args)
+
+
+Adder = Callable[[argparse.ArgumentParser], None]
+Runner = Callable[[argparse.Namespace], int]
+
+# The instruments' subcommands: name, help, the function adding its arguments, its runner.
+_INSTRUMENTS: tuple[tuple[str, str, Adder, Runner], ...] = (
+    ("bench", "benchmark schedules and peers side by side", add_bench_arguments, _run_bench),
+    ("oracle", "oracle lookahead analysis over a data set", add_oracle_arguments, _run_oracle),
     (
         "devicecheck",
         "cuda tests and real-shape costs on a GPU in one short run",
-        "dynaspec.eval.devicecheck.run",
-        "add_devicecheck_arguments",
-        "dynaspec.eval.devicecheck.run",
-        "run_devicecheck",
+        add_devicecheck_arguments,
+        run_devicecheck,
     ),
     (
         "project",
         "project speedups from devicecheck costs and the oracle's traces",
-        "dynaspec.eval.projection",
-        "add_project_arguments",
-        "dynaspec.eval.projection",
-        "run_project",
+        add_project_arguments,
+        run_project,
     ),
 )
 
 
 def _add_instruments(subparsers: Any) -> None:
-    for name, help_text, args_module, adder, run_module, runner in _INSTRUMENTS:
+    for name, help_text, add_arguments, run in _INSTRUMENTS:
         p = subparsers.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
-        getattr(importlib.import_module(args_module), adder)(p)
-        p.set_defaults(func=getattr(importlib.import_module(run_module), runner))
+        add_arguments(p)
+        p.set_defaults(func=run)
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

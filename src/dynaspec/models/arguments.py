@@ -1,8 +1,11 @@
-"""Checked argument types for the command line (generate, bench, oracle).
+"""The command line's model flags and checked argument types (generate, bench, oracle).
 
-Each type checks one value as argparse reads it, so a bad value stops the command with
-argparse's usage message and exit code 2 before any model loads, and the message names
-the flag (argparse prefixes "argument --threads: ") and the fix in the CLI's words.
+The flags every subcommand shares are defined here once: --pair, --target, --draft,
+--dtype, --threads, and the fast path's --static, --compile, --quantize, --draft-quantize,
+with the checks of how they combine. Each type checks one value as argparse reads it, so a
+bad value stops the command with argparse's usage message and exit code 2 before any model
+loads, and the message names the flag (argparse prefixes "argument --threads: ") and the
+fix in the CLI's words.
 """
 
 from __future__ import annotations
@@ -10,11 +13,27 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
-from dynaspec.models.presets import pair_presets
+from dynaspec.models.presets import DEFAULT_PAIR, pair_presets
 
 TINY_PAIR = "tiny"  # built-in random models (dynaspec.models.tiny): nothing to download
+
+ArgumentTarget = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+@dataclass(frozen=True)
+class ModelFlagsHelp:
+    """The help lines of --pair, --target and --draft; a subcommand may word them briefly."""
+
+    pair: str = (
+        f"preset pair (default: {DEFAULT_PAIR}; '{TINY_PAIR}' = built-in random models, "
+        "nothing to download)"
+    )
+    target: str = "target model: preset name, HF folder, .gguf or hub id"
+    draft: str = "draft model (with --target): preset name, HF folder, .gguf or hub id"
 
 
 def int_at_least(minimum: int, hint: str = "") -> Callable[[str], int]:
@@ -74,8 +93,82 @@ def pair_name(text: str) -> str:
     return name
 
 
+def add_pair_argument(
+    parser: ArgumentTarget, *, default: str | None = None, help: str = ModelFlagsHelp.pair
+) -> None:
+    """--pair: a preset pair name or "tiny" (checked by `pair_name`)."""
+    parser.add_argument("--pair", type=pair_name, default=default, help=help)
+
+
+def add_model_arguments(
+    parser: ArgumentTarget,
+    *,
+    float32_case: str,
+    threads: str = "",
+    help: ModelFlagsHelp | None = None,
+) -> None:
+    """--pair / --target / --draft / --dtype / --threads. --pair defaults to None here:
+    `check_model_arguments` (or the subcommand) fills in the default pair. `float32_case`
+    and `threads` as in `add_dtype_and_threads`; `help` words the model flags."""
+    help = help or ModelFlagsHelp()
+    add_pair_argument(parser, help=help.pair)
+    parser.add_argument("--target", help=help.target)
+    parser.add_argument("--draft", help=help.draft)
+    add_dtype_and_threads(parser, float32_case=float32_case, threads=threads)
+
+
+def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations of model arguments that cannot work: argparse's error (exit 2). With
+    neither --pair nor --target, --pair becomes the default pair."""
+    if args.target is not None and args.pair is not None:
+        parser.error("give --pair or --target (with --draft), not both")
+    if args.draft is not None and args.target is None:
+        parser.error("--draft needs --target (a --pair brings its own draft)")
+    if args.pair is None and args.target is None:
+        args.pair = DEFAULT_PAIR
+
+
+def add_fast_arguments(parser: ArgumentTarget) -> None:
+    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static)."""
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="static KV cache and prepacked bf16 weights (Llama/Qwen2; fastest bf16 on CPU)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="static KV cache + torch.compile'd forwards (Llama/Qwen2 models; compiles once)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8", "int4"),
+        default=None,
+        help="weight-only quantization of target and draft (with a static KV cache)",
+    )
+    parser.add_argument(
+        "--draft-quantize",
+        choices=("none", "int8", "int4"),
+        default=None,
+        help="the draft's quantization, apart from the target's (default: as --quantize)",
+    )
+
+
+def fast_options(args: argparse.Namespace) -> dict[str, Any]:
+    """load_models() keywords static=, compile=, quantize=, draft_quantize= from the flags."""
+    options: dict[str, Any] = {
+        "static": bool(getattr(args, "static", False)),
+        "compile": bool(getattr(args, "compile", False)),
+        "quantize": getattr(args, "quantize", None),
+    }
+    draft_quantize = getattr(args, "draft_quantize", None)
+    if draft_quantize is not None:
+        options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
+    return options
+
+
 def add_dtype_and_threads(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    parser: ArgumentTarget,
     *,
     float32_case: str,
     threads: str = "",

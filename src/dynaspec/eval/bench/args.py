@@ -8,24 +8,31 @@ import math
 from dynaspec.eval import provenance
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
-from dynaspec.models.arguments import add_dtype_and_threads, float_in, int_at_least, pair_name
+from dynaspec.models.arguments import (
+    ModelFlagsHelp,
+    add_model_arguments,
+    float_in,
+    int_at_least,
+)
 from dynaspec.models.presets import DEFAULT_PAIR
 
 DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_N = 10  # prompts per task
 SMOKE_MAX_NEW_TOKENS = 16
 SMOKE_N = 1  # prompts per smoke task
+MODEL_FLAGS_HELP = ModelFlagsHelp(  # bench needs both --target and --draft, or neither
+    pair=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')",
+    target="target model: preset name, folder, .gguf or hub id",
+    draft="draft model (with --target)",
+)
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `dynaspec bench` options to `parser`."""
     models = parser.add_argument_group("models")
-    models.add_argument(
-        "--pair", type=pair_name, help=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')"
+    add_model_arguments(
+        models, float32_case="the tiny pair", threads="; 1 with --smoke", help=MODEL_FLAGS_HELP
     )
-    models.add_argument("--target", help="target model: preset name, folder, .gguf or hub id")
-    models.add_argument("--draft", help="draft model (with --target)")
-    add_dtype_and_threads(models, float32_case="the tiny pair", threads="; 1 with --smoke")
     models.add_argument(
         "--smoke",
         action="store_true",

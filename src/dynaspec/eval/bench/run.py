@@ -20,10 +20,10 @@ How a run goes
    and transformers; the 1-minute load average before each call is recorded.
 4. Every output is compared token for token with the target-alone output. A difference is
    reported on stderr (after the prompt's last method) and classified
-   (``dynaspec.eval.mismatch``; docs/architecture.md): one target forward over the common
-   prefix; if both differing tokens lie within ``--tie-steps`` steps of the dtype (its eps
-   x 2**floor(log2|top|)) of the top logit, it is a numerical ``tie``, anything else a
-   ``BUG``.
+   (``dynaspec.eval.mismatch``; docs/architecture.md ("Lossless in bf16: ties")): one target
+   forward over the common prefix; if both differing tokens lie within ``--tie-steps`` steps
+   of the dtype (its eps x 2**floor(log2|top|)) of the top logit, it is a numerical ``tie``,
+   anything else a ``BUG``.
 5. One JSONL record per (prompt, method), written as it is measured; at the end the report
    (``dynaspec.eval.bench.report.render_report``: table.md, plots) and a summary on
    stdout. The exit status is 1 when a BUG-class mismatch occurred, else 0.

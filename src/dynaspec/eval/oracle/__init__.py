@@ -1,12 +1,13 @@
 """`dynaspec oracle`: how long the draft stays right, round by round, on real text.
 
-The *oracle lookahead* of a speculative round (docs/architecture.md) is the number of tokens
-the draft proposes before its first disagreement with the target, plus one: the *agreeing
-run* r, then the first wrong token, which the target replaces with its own. A policy that
-knew r in advance would draft exactly r + 1 tokens every round: no round ends with correct
-draft tokens left undrafted, and no draft token is spent past the one that must be checked
-(Mamou et al. 2024, "Dynamic Speculation Lookahead Accelerates Speculative Decoding of Large
-Language Models"). How much r varies is why a fixed lookahead wastes work.
+The *oracle lookahead* of a speculative round (docs/architecture.md ("The oracle
+lookahead")) is the number of tokens the draft proposes before its first disagreement with
+the target, plus one: the *agreeing run* r, then the first wrong token, which the target
+replaces with its own. A policy that knew r in advance would draft exactly r + 1 tokens
+every round: no round ends with correct draft tokens left undrafted, and no draft token is
+spent past the one that must be checked (Mamou et al. 2024, "Dynamic Speculation Lookahead
+Accelerates Speculative Decoding of Large Language Models"). How much r varies is why a
+fixed lookahead wastes work.
 
 Everything is measured through the one decoding loop (`dynaspec.core.loop.decode`), per prompt:
 

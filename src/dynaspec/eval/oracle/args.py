@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dynaspec.models.arguments import add_dtype_and_threads, int_at_least, pair_name
+from dynaspec.models.arguments import add_dtype_and_threads, add_pair_argument, int_at_least
 from dynaspec.models.presets import DEFAULT_PAIR
 
 DEFAULT_PROMPTS = 20  # --n: prompts per task
@@ -24,11 +24,8 @@ def add_oracle_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The models, prompts and output of the run."""
-    parser.add_argument(
-        "--pair",
-        type=pair_name,
-        default=DEFAULT_PAIR,
-        help=f"model pair preset (default: {DEFAULT_PAIR})",
+    add_pair_argument(
+        parser, default=DEFAULT_PAIR, help=f"model pair preset (default: {DEFAULT_PAIR})"
     )
     parser.add_argument(
         "--task",

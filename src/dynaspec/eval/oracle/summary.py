@@ -4,7 +4,8 @@ Definitions used everywhere below (see dynaspec.eval.oracle for how rounds are m
 
 - agreeing run r of an oracle round: drafted tokens the target accepted before the draft's
   first wrong token;
-- oracle lookahead L = r + 1 (docs/architecture.md): the tokens the oracle policy drafts;
+- oracle lookahead L = r + 1 (docs/architecture.md ("The oracle lookahead")): the tokens
+  the oracle policy drafts;
 - censored round: drafting stopped before the first wrong token was seen (cut by
   max_new_tokens, EOS or the oracle's cap; at most about one per prompt, its last round):
   its r is only a lower bound, so it is left out of the distribution and counted apart;
