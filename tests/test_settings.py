@@ -14,6 +14,7 @@ from transformers.generation import logits_process as lp
 
 import dynaspec
 from dynaspec.core.config import LimitsConfig, ProcessorConfig, SamplingConfig
+from dynaspec.core.keywords import KEYWORDS
 from dynaspec.core.processing import full_processor_list
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import resolve_settings
@@ -258,6 +259,14 @@ def test_the_list_has_transformers_order(target: Any) -> None:
     )
     assert [type(p) for p in ours] == [type(p) for p in theirs]
     assert ours[2] is custom[0]  # the caller's object replaced the built one in place
+
+
+def test_the_order_check_covers_every_processor_of_the_table() -> None:
+    """A keyword added to core/keywords.py with a processor is checked against transformers'
+    order once it is in EVERYTHING (min_length: set by min_new_tokens there, as transformers
+    sets it)."""
+    staged = {keyword.name for keyword in KEYWORDS if keyword.stage is not None}
+    assert staged - set(EVERYTHING) == {"min_length"}
 
 
 def test_no_processors_is_a_fast_path() -> None:

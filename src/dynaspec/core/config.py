@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from dynaspec.core.keywords import keyword_record
 from dynaspec.errors import ConfigError
 
 # The schedules accepted in `num_assistant_tokens_schedule` are those of
@@ -43,19 +43,15 @@ class SpecConfig:
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    """How the next token is chosen from a distribution; applied alike to draft and target."""
+class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
+    """How the next token is chosen from a distribution; applied alike to draft and target.
 
-    do_sample: bool = False  # False: greedy (argmax); True: sample from the processed probs
-    temperature: float = 1.0  # logits are divided by this before the softmax
-    top_k: int | None = None  # keep the k most likely tokens (None or 0: keep all)
-    top_p: float | None = None  # keep the smallest set with cumulative prob >= top_p
+    do_sample (False: greedy, the argmax; True: sample from the processed probabilities),
+    temperature and the warpers, one field per sampling keyword of core/keywords.py (None:
+    off), then the seed of the sampling generator (None: nondeterministic).
+    """
+
     seed: int | None = None  # seeds the sampling generator; None: nondeterministic
-    min_p: float | None = None  # drop tokens below min_p x the top token's probability
-    typical_p: float | None = None  # locally typical sampling: keep this much typical mass
-    epsilon_cutoff: float | None = None  # drop tokens below this probability (0: off)
-    eta_cutoff: float | None = None  # eta sampling: entropy-dependent cutoff (0: off)
-    top_h: float | None = None  # keep tokens within this share of the entropy (top-H)
 
     def __post_init__(self) -> None:
         if self.do_sample and not self.temperature > 0.0:
@@ -92,33 +88,16 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
-class ProcessorConfig:
-    """transformers' logits processors, by their generate() names and with their meaning.
+class ProcessorConfig(keyword_record("ProcessorKeywords", "processors")):
+    """transformers' logits processors, by their generate() names and with their meaning: one
+    field per processor keyword of core/keywords.py.
 
     None (or the neutral value) leaves a processor out. Values are handed to transformers'
     own classes as given; an invalid one raises ConfigError naming the keyword.
     """
 
-    repetition_penalty: float | None = None  # > 1 discourages tokens already in the sequence
-    encoder_repetition_penalty: float | None = None  # > 1 favours tokens of the prompt
-    no_repeat_ngram_size: int | None = None  # no n-gram of this size occurs twice
-    encoder_no_repeat_ngram_size: int | None = None  # no n-gram of the prompt is repeated
-    bad_words_ids: Any = None  # list of token-id lists that are never generated
-    sequence_bias: Any = None  # [[token ids, bias], ...] added when the sequence completes
-    min_length: int | None = None  # EOS is suppressed before this total length
-    min_new_tokens: int | None = None  # EOS is suppressed before this many new tokens
-    suppress_tokens: Any = None  # token ids that are never generated
-    begin_suppress_tokens: Any = None  # token ids not generated as the first new token
-    forced_bos_token_id: int | None = None  # forced as the first generated token
-    forced_eos_token_id: Any = None  # forced (int or list) when max_length is reached
-    exponential_decay_length_penalty: Any = None  # (start index, decay factor) for EOS
-    remove_invalid_values: bool = False  # replace nan/inf scores (slower)
-    renormalize_logits: bool = False  # log-softmax the scores after every processor
-
 
 @dataclass(frozen=True)
-class OutputConfig:
-    """What generate() returns beside the sequences."""
-
-    output_scores: bool = False  # .scores: one (1, V) processed-score row per new token
-    output_logits: bool = False  # .logits: one (1, V) raw-logit row per new token
+class OutputConfig(keyword_record("OutputKeywords", "outputs")):
+    """What generate() returns beside the sequences (output_scores: one (1, V) processed-score
+    row per new token; output_logits: one (1, V) raw-logit row per new token)."""

@@ -1,10 +1,11 @@
 """transformers' logits processors, warpers and stopping criteria, applied position by position.
 
 The lists are built from transformers' own classes, in the order and under the conditions of
-transformers' `generate()` (5.x, `GenerationMixin._get_logits_processor`): the processors,
-then the caller's `logits_processor` objects (one of a type already built replaces it in
-place, as in transformers), then, when sampling, the warpers (temperature, top-h, top-k,
-top-p, min-p, typical, epsilon, eta), then `LogitNormalization`.
+transformers' `generate()` (5.x, `GenerationMixin._get_logits_processor`), as the table of
+keywords (core/keywords.py) gives them: the processors, then the caller's `logits_processor`
+objects (one of a type already built replaces it in place, as in transformers), then, when
+sampling, the warpers (temperature, top-h, top-k, top-p, min-p, typical, epsilon, eta), then
+`LogitNormalization`.
 
 A processor depends on the sequence so far, so a row of logits is processed with the prefix
 of its own position: row i of the target's (k + 1, V) verification logits sees the committed
@@ -30,9 +31,11 @@ from transformers.generation.stopping_criteria import (
 )
 
 from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
+from dynaspec.core.keywords import LAST, PROCESSORS, WARPERS, BuildContext, of_stage
 from dynaspec.errors import ConfigError, UnsupportedOptionError
 
-# Processors that look at the scores only (not input_ids): one call serves every row.
+# Processors that look at the scores only (not input_ids): one call serves every row. A new
+# one belongs here for speed only: given the tokens, the row-by-row path is just as exact.
 ROW_INDEPENDENT = (
     lp.TemperatureLogitsWarper,
     lp.TopKLogitsWarper,
@@ -65,32 +68,21 @@ def _make(keyword: str, value: Any, factory: Any, *args: Any, **kwargs: Any) -> 
         raise ConfigError(f"{keyword}={value!r} is invalid: {err}") from err
 
 
+def _build(stage: str, context: BuildContext) -> list[Any]:
+    """The processors of the table's `stage` whose condition holds, in transformers' order."""
+    built = []
+    for keyword in of_stage(stage):
+        value = keyword.value(context)
+        if keyword.active(value, context):
+            built.append(_make(keyword.name, value, keyword.build, value, context))
+    return built
+
+
 def build_warpers(sampling: SamplingConfig) -> list[Any]:
     """The sampling warpers, in transformers' order and conditions (none when greedy)."""
     if not sampling.do_sample:
         return []
-    warpers: list[Any] = []
-    s = sampling
-    if s.temperature is not None and s.temperature != 1.0:
-        warpers.append(
-            _make("temperature", s.temperature, lp.TemperatureLogitsWarper, s.temperature)
-        )
-    if s.top_h is not None:
-        warpers.append(_make("top_h", s.top_h, lp.TopHLogitsWarper, top_h=s.top_h))
-    if s.top_k is not None and s.top_k != 0:
-        warpers.append(_make("top_k", s.top_k, lp.TopKLogitsWarper, top_k=s.top_k))
-    if s.top_p is not None and s.top_p < 1.0:
-        warpers.append(_make("top_p", s.top_p, lp.TopPLogitsWarper, top_p=s.top_p))
-    if s.min_p is not None:
-        warpers.append(_make("min_p", s.min_p, lp.MinPLogitsWarper, min_p=s.min_p))
-    if s.typical_p is not None and s.typical_p < 1.0:
-        warpers.append(_make("typical_p", s.typical_p, lp.TypicalLogitsWarper, mass=s.typical_p))
-    if s.epsilon_cutoff is not None and 0.0 < s.epsilon_cutoff < 1.0:
-        eps = s.epsilon_cutoff
-        warpers.append(_make("epsilon_cutoff", eps, lp.EpsilonLogitsWarper, epsilon=eps))
-    if s.eta_cutoff is not None and 0.0 < s.eta_cutoff < 1.0:
-        warpers.append(_make("eta_cutoff", s.eta_cutoff, lp.EtaLogitsWarper, epsilon=s.eta_cutoff))
-    return warpers
+    return _build(WARPERS, BuildContext(sampling))
 
 
 def build_processors(
@@ -107,153 +99,8 @@ def build_processors(
     """
     device = prompt.device
     eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
-    return _penalties(config, prompt, eos) + _length_and_forced(
-        config, input_length, input_length + max_new_tokens, eos, device
-    )
-
-
-def _add(
-    built: list[Any], c: ProcessorConfig, keyword: str, factory: Any, *args: Any, **kw: Any
-) -> None:
-    """Appends factory(*args, **kw); an invalid value raises ConfigError naming `keyword`."""
-    built.append(_make(keyword, getattr(c, keyword), factory, *args, **kw))
-
-
-def _penalties(c: ProcessorConfig, prompt: torch.Tensor, eos: torch.Tensor | None) -> list[Any]:
-    """transformers' first processors: sequence bias, repetition, n-grams, bad words."""
-    built: list[Any] = []
-    if c.sequence_bias is not None:
-        _add(built, c, "sequence_bias", lp.SequenceBiasLogitsProcessor, c.sequence_bias)
-    if c.encoder_repetition_penalty is not None and c.encoder_repetition_penalty != 1.0:
-        _add(
-            built,
-            c,
-            "encoder_repetition_penalty",
-            lp.EncoderRepetitionPenaltyLogitsProcessor,
-            penalty=c.encoder_repetition_penalty,
-            encoder_input_ids=prompt,
-        )
-    if c.repetition_penalty is not None and c.repetition_penalty != 1.0:
-        _add(
-            built,
-            c,
-            "repetition_penalty",
-            lp.RepetitionPenaltyLogitsProcessor,
-            c.repetition_penalty,
-        )
-    if c.no_repeat_ngram_size is not None and c.no_repeat_ngram_size > 0:
-        _add(
-            built,
-            c,
-            "no_repeat_ngram_size",
-            lp.NoRepeatNGramLogitsProcessor,
-            c.no_repeat_ngram_size,
-        )
-    if c.encoder_no_repeat_ngram_size is not None and c.encoder_no_repeat_ngram_size > 0:
-        _add(
-            built,
-            c,
-            "encoder_no_repeat_ngram_size",
-            lp.EncoderNoRepeatNGramLogitsProcessor,
-            c.encoder_no_repeat_ngram_size,
-            prompt,
-        )
-    if c.bad_words_ids is not None:
-        _add(built, c, "bad_words_ids", lp.NoBadWordsLogitsProcessor, c.bad_words_ids, eos)
-    return built
-
-
-def _length_and_forced(
-    c: ProcessorConfig,
-    input_length: int,
-    max_length: int,
-    eos: torch.Tensor | None,
-    device: torch.device,
-) -> list[Any]:
-    """transformers' next processors: minimum lengths, forced BOS and EOS, then the rest."""
-    built: list[Any] = []
-    # transformers turns min_new_tokens into min_length (input + min_new_tokens), keeps both.
-    min_length = c.min_length if c.min_new_tokens is None else input_length + c.min_new_tokens
-    if min_length is not None and eos is not None and min_length > 0:
-        built.append(
-            _make(
-                "min_length",
-                min_length,
-                lp.MinLengthLogitsProcessor,
-                min_length,
-                eos,
-                device=device,
-            )
-        )
-    if c.min_new_tokens is not None and eos is not None and c.min_new_tokens > 0:
-        _add(
-            built,
-            c,
-            "min_new_tokens",
-            lp.MinNewTokensLengthLogitsProcessor,
-            input_length,
-            c.min_new_tokens,
-            eos,
-            device=device,
-        )
-    if c.forced_bos_token_id is not None:
-        _add(
-            built, c, "forced_bos_token_id", lp.ForcedBOSTokenLogitsProcessor, c.forced_bos_token_id
-        )
-    if c.forced_eos_token_id is not None:
-        _add(
-            built,
-            c,
-            "forced_eos_token_id",
-            lp.ForcedEOSTokenLogitsProcessor,
-            max_length,
-            c.forced_eos_token_id,
-            device=device,
-        )
-    return built + _removals(c, input_length, eos, device)
-
-
-def _removals(
-    c: ProcessorConfig, input_length: int, eos: torch.Tensor | None, device: torch.device
-) -> list[Any]:
-    """transformers' last processors: invalid values, the EOS length penalty, suppressed
-    tokens (always, and as the first new token)."""
-    built: list[Any] = []
-    if c.remove_invalid_values:
-        built.append(lp.InfNanRemoveLogitsProcessor())
-    if c.exponential_decay_length_penalty is not None:
-        _add(
-            built,
-            c,
-            "exponential_decay_length_penalty",
-            lp.ExponentialDecayLengthPenalty,
-            c.exponential_decay_length_penalty,
-            eos,
-            input_length,
-        )
-    if c.suppress_tokens is not None:
-        _add(
-            built,
-            c,
-            "suppress_tokens",
-            lp.SuppressTokensLogitsProcessor,
-            c.suppress_tokens,
-            device=device,
-        )
-    if c.begin_suppress_tokens is not None:
-        begin = input_length
-        if input_length <= 1 and c.forced_bos_token_id is not None:
-            begin += 1
-        _add(
-            built,
-            c,
-            "begin_suppress_tokens",
-            lp.SuppressTokensAtBeginLogitsProcessor,
-            c.begin_suppress_tokens,
-            begin,
-            device=device,
-        )
-    return built
+    context = BuildContext(config, prompt, input_length, input_length + max_new_tokens, eos, device)
+    return _build(PROCESSORS, context)
 
 
 def merge_custom(defaults: list[Any], custom: Sequence[Any] | None) -> list[Any]:
@@ -287,10 +134,11 @@ def full_processor_list(
     processors = build_processors(
         config, prompt, input_length, limits.max_new_tokens, limits.eos_token_ids
     )
-    processors = merge_custom(processors, custom) + build_warpers(sampling)
-    if config.renormalize_logits:
-        processors.append(lp.LogitNormalization())
-    return processors
+    return (
+        merge_custom(processors, custom)
+        + build_warpers(sampling)
+        + _build(LAST, BuildContext(config))
+    )
 
 
 def apply_processors(

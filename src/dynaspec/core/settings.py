@@ -1,10 +1,11 @@
 """Which generation settings a call uses: the call's keywords over the checkpoint's.
 
 `dynaspec.generate` takes transformers' generation keywords with transformers' names and
-meaning (`GenerationKwargs`). As in transformers, a value that the target's generation config
-sets explicitly (one that differs from a fresh `GenerationConfig()`, e.g. Qwen2.5-Instruct's
-`repetition_penalty`, `do_sample` and `top_p`) applies unless the call passes the keyword;
-a keyword passed as None switches the setting off. Two deliberate differences:
+meaning (`GenerationKwargs`, one entry each in core/keywords.py). As in transformers, a value
+that the target's generation config sets explicitly (one that differs from a fresh
+`GenerationConfig()`, e.g. Qwen2.5-Instruct's `repetition_penalty`, `do_sample` and `top_p`)
+applies unless the call passes the keyword; a keyword passed as None switches the setting
+off. Two deliberate differences:
 
 - where neither the call nor the checkpoint sets a value, dynaspec's own defaults apply
   (greedy, 128 new tokens, no top-k), not transformers' fallbacks (`max_length=20`,
@@ -21,68 +22,22 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from transformers import GenerationConfig
 
 from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
+from dynaspec.core.keywords import DEFAULT_MAX_NEW_TOKENS, KEYWORDS, GenerationKwargs, of_record
 from dynaspec.core.validation import eos_ids
 from dynaspec.errors import ConfigError, UnsupportedOptionError
 
-DEFAULT_MAX_NEW_TOKENS = 128  # dynaspec's default when neither the call nor the checkpoint sets one
-
-
-class GenerationKwargs(TypedDict, total=False):
-    """transformers' generation keywords accepted by `dynaspec.generate` (same meaning)."""
-
-    max_new_tokens: int  # most new tokens (default 128)
-    max_length: int  # most tokens in all, prompt included (max_new_tokens takes precedence)
-    min_new_tokens: int  # EOS is suppressed before this many new tokens
-    min_length: int  # EOS is suppressed before this total length
-    max_time: float  # seconds; stop at the first token emitted after that
-    stop_strings: str | list[str]  # stop after the token completing one (needs tokenizer=)
-    eos_token_id: int | list[int]  # stop after any of these (default: the target's config)
-    do_sample: bool  # sample from the processed distribution (default: greedy)
-    temperature: float  # sampling: logits are divided by this
-    top_k: int  # sampling: keep the k most likely tokens
-    top_p: float  # sampling: keep the smallest set with cumulative probability >= top_p
-    min_p: float  # sampling: drop tokens below min_p x the top token's probability
-    typical_p: float  # sampling: locally typical sampling mass
-    epsilon_cutoff: float  # sampling: drop tokens below this probability
-    eta_cutoff: float  # sampling: eta sampling cutoff
-    top_h: float  # sampling: top-H (entropy share) cutoff
-    repetition_penalty: float  # > 1 discourages tokens already in the sequence
-    encoder_repetition_penalty: float  # > 1 favours tokens of the prompt
-    no_repeat_ngram_size: int  # no n-gram of this size occurs twice
-    encoder_no_repeat_ngram_size: int  # no n-gram of the prompt is repeated
-    bad_words_ids: list[list[int]]  # token sequences never generated
-    sequence_bias: Any  # [[token ids, bias], ...]
-    suppress_tokens: list[int]  # never generated
-    begin_suppress_tokens: list[int]  # not generated as the first new token
-    forced_bos_token_id: int  # forced as the first generated token
-    forced_eos_token_id: int | list[int]  # forced when max_length is reached
-    exponential_decay_length_penalty: tuple[int, float]  # (start index, decay factor)
-    remove_invalid_values: bool  # replace nan/inf scores
-    renormalize_logits: bool  # log-softmax the scores after every processor
-    output_scores: bool  # return .scores: one processed (1, V) row per new token
-    output_logits: bool  # return .logits: one raw (1, V) row per new token
-    num_beams: int  # only 1: beam search is refused (UnsupportedOptionError)
-    num_return_sequences: int  # only 1: call generate() once per sample
-    guidance_scale: float  # only None or 1: classifier-free guidance is refused
-    watermarking_config: Any  # only None: watermarking is refused
-    return_dict_in_generate: bool  # accepted for compatibility: the result is always a record
-    pad_token_id: int  # accepted for compatibility: one unpadded sequence needs no padding
-    use_cache: bool  # accepted for compatibility: dynaspec always decodes with a cache
-
-
-_SAMPLING = ("do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
-_SAMPLING += ("epsilon_cutoff", "eta_cutoff", "top_h")
-_PROCESSORS = tuple(ProcessorConfig.__dataclass_fields__)
-_LIMITS = ("max_new_tokens", "max_length", "max_time", "stop_strings")
-_OUTPUTS = tuple(OutputConfig.__dataclass_fields__)
-_REFUSED = ("num_beams", "num_return_sequences", "guidance_scale", "watermarking_config")
-# Read from a generation config (the checkpoint's or the call's) when set explicitly there.
-_FROM_CONFIG = _SAMPLING + _PROCESSORS + _LIMITS + _OUTPUTS + _REFUSED
+# Read from a generation config (the checkpoint's or the call's) when set explicitly there:
+# every keyword but the EOS ids (_eos reads them) and those accepted for compatibility only.
+_FROM_CONFIG = tuple(
+    keyword.name
+    for keyword in KEYWORDS
+    if keyword.record != "accepted" and keyword.name != "eos_token_id"
+)
 
 
 @dataclass(frozen=True)
@@ -128,22 +83,15 @@ def resolve_settings(
     values.update(call)
     origin.update({key: f"{key}={value!r}" for key, value in call.items()})
     _refuse(values, origin)
-    sampling = SamplingConfig(
-        do_sample=bool(values.get("do_sample")),
-        temperature=1.0 if values.get("temperature") is None else values["temperature"],
-        seed=seed,
-        **{key: values.get(key) for key in _SAMPLING[2:]},
-    )
+    sampling = SamplingConfig(seed=seed, **_record("sampling", values))
     limits = LimitsConfig(
         max_new_tokens=_max_new_tokens(values, input_length),
         eos_token_ids=eos_ids(_eos(call, base, checkpoint), None),
         max_time=values.get("max_time"),
         stop_strings=_strings(values.get("stop_strings")),
     )
-    processors = ProcessorConfig(
-        **{key: values[key] for key in _PROCESSORS if values.get(key) is not None}
-    )
-    outputs = OutputConfig(**{key: bool(values.get(key)) for key in _OUTPUTS})
+    processors = ProcessorConfig(**_record("processors", values))
+    outputs = OutputConfig(**_record("outputs", values))
     return GenerationSettings(sampling, processors, limits, outputs)
 
 
@@ -167,29 +115,23 @@ def _check_names(call: Mapping[str, Any]) -> None:
             )
 
 
+def _record(record: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one record: each keyword's value, its table default where unset (None).
+    A processor's value is kept as given; a yes/no switch that builds none becomes a bool."""
+    fields = {}
+    for keyword in of_record(record):
+        value = values.get(keyword.name)
+        value = keyword.default if value is None else value
+        switch = keyword.type is bool and keyword.stage is None
+        fields[keyword.name] = bool(value) if switch else value
+    return fields
+
+
 def _refuse(values: Mapping[str, Any], origin: Mapping[str, str]) -> None:
     """Raises UnsupportedOptionError for what speculative decoding cannot reproduce."""
-    if (values.get("num_beams") or 1) > 1:
-        raise UnsupportedOptionError(
-            f"beam search ({origin['num_beams']}) is not speculative decoding: pass num_beams=1 "
-            "for greedy or sampled output, or call target.generate(...) for beam search"
-        )
-    if (values.get("num_return_sequences") or 1) > 1:
-        raise UnsupportedOptionError(
-            f"{origin['num_return_sequences']}: dynaspec returns one sequence per call; call "
-            "generate() once per sequence (with do_sample=True and a different seed each)"
-        )
-    if values.get("guidance_scale") not in (None, 1, 1.0):
-        raise UnsupportedOptionError(
-            f"classifier-free guidance ({origin['guidance_scale']}) runs the model a second "
-            "time per token, which the draft's proposals cannot follow: pass guidance_scale=None "
-            "or use target.generate(...)"
-        )
-    if values.get("watermarking_config") is not None:
-        raise UnsupportedOptionError(
-            f"watermarking ({origin['watermarking_config']}) is not supported: its processor "
-            "keeps state across calls; pass watermarking_config=None or use target.generate(...)"
-        )
+    for keyword in of_record("refused"):
+        if keyword.active(values.get(keyword.name), None):
+            raise UnsupportedOptionError(keyword.refusal.format(origin=origin[keyword.name]))
 
 
 def _max_new_tokens(values: Mapping[str, Any], input_length: int) -> int:
