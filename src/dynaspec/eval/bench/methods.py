@@ -75,7 +75,6 @@ class MethodSpec:
     warmup_settings: Mapping[str, Any] | None = None  # the untimed warm-up's, if not these
 
 
-_SCHEDULE_5 = {"num_assistant_tokens": 5}
 _DYNAMIC = {
     "num_assistant_tokens": 20,
     "assistant_confidence_threshold": 0.4,
@@ -87,10 +86,12 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
     MethodSpec("target", "dynaspec", False, "dynaspec loop, target alone (the baseline)",
                run_dynaspec, {"draft": None}),
     MethodSpec("constant", "dynaspec", True, "dynaspec, constant lookahead 5",
-               run_dynaspec, {**_SCHEDULE_5, "num_assistant_tokens_schedule": "constant"},
+               run_dynaspec,
+               {"num_assistant_tokens": 5, "num_assistant_tokens_schedule": "constant"},
                Column("constant", 2)),
     MethodSpec("heuristic", "dynaspec", True, "dynaspec, heuristic schedule (start 5, +2/-1)",
-               run_dynaspec, {**_SCHEDULE_5, "num_assistant_tokens_schedule": "heuristic"},
+               run_dynaspec,
+               {"num_assistant_tokens": 5, "num_assistant_tokens_schedule": "heuristic"},
                Column("heuristic", 0)),
     MethodSpec("dynamic", "dynaspec", True, "dynaspec, dynamic (up to 20, confidence 0.4)",
                run_dynaspec, _DYNAMIC, Column("dynamic", 1)),
