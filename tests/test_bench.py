@@ -18,10 +18,13 @@ from dynaspec.eval.bench import args as bench_args
 from dynaspec.eval.bench import methods as bench_methods
 from dynaspec.eval.bench import run as bench
 from dynaspec.eval.bench.aggregate import median_of_ratios, per_prompt_ratios
+from dynaspec.eval.bench.measurement import Measurement, MethodOutput
 from dynaspec.eval.bench.methods import parse_methods
-from dynaspec.eval.bench.report import render_report
+from dynaspec.eval.bench.record import BenchRecord, load_records
+from dynaspec.eval.bench.report import render_markdown, render_report
 from dynaspec.eval.hf_peer import HF_HEURISTIC, HFPeer, rounds_from_target_calls
 from dynaspec.eval.mismatch import (
+    Divergence,
     classify_logits,
     classify_mismatch,
     dtype_step,
@@ -116,8 +119,42 @@ def test_smoke_report_has_the_columns_and_plots(smoke_run):
     assert again == table
 
 
-def _record(task, prompt, method, wall, **extra):
-    return {"task": task, "prompt_id": prompt, "method": method, "wall_time_s": wall, **extra}
+def _record(task, prompt, method, wall, accepted=(), matches_target=True, kind=None):
+    measurement = Measurement(
+        family="dynaspec",
+        new_tokens=1,
+        wall_time_s=wall,
+        tokens_per_s=None,
+        rounds=len(accepted),
+        mean_accepted_per_round=None,
+        acceptance_rate=None,
+        draft_forwards=0,
+        target_forwards=1,
+        draft_time_s=None,
+        target_time_s=None,
+        other_time_s=None,
+        inner_wall_time_s=wall,
+        stop_reasons=None,
+        accepted_per_round=tuple(accepted),
+        drafted_per_round=tuple(accepted),
+    )
+    mismatch = None
+    if kind is not None:
+        mismatch = Divergence(0, 1, 2, 1, 1.0, 0.0, 0.0, 0.1, 0.0, "bfloat16", kind)
+    return BenchRecord(
+        task=task,
+        prompt_id=prompt,
+        prompt_index=0,
+        prompt_tokens=1,
+        method=method,
+        order_in_prompt=0,
+        load_avg_1m=None,
+        measurement=measurement,
+        speedup_vs_target=None,
+        matches_target=matches_target,
+        mismatch=mismatch,
+        output_sha="",
+    )
 
 
 def test_median_of_per_prompt_ratios():
@@ -141,21 +178,36 @@ def test_median_of_per_prompt_ratios():
 
 def test_pooled_accepted_and_mismatch_counts():
     records = [
-        _record("a", "p0", "dynamic", 1.0, accepted_per_round=[1, 2, 0], matches_target=True),
-        _record(
-            "a",
-            "p1",
-            "dynamic",
-            1.0,
-            accepted_per_round=[3],
-            matches_target=False,
-            mismatch={"kind": "tie"},
-        ),  # fmt: skip
-        _record("a", "p1", "hf-dynamic", 1.0, matches_target=False, mismatch={"kind": "BUG"}),
+        _record("a", "p0", "dynamic", 1.0, accepted=[1, 2, 0]),
+        _record("a", "p1", "dynamic", 1.0, accepted=[3], matches_target=False, kind="tie"),
+        _record("a", "p1", "hf-dynamic", 1.0, matches_target=False, kind="BUG"),
     ]
     assert aggregate.pooled_accepted_per_round(records, "dynamic") == {"a": 1.5, "all": 1.5}
     counts = aggregate.mismatch_counts(records)
     assert report.format_mismatches(counts["a"]) == "2 (1 tie, 1 BUG)"
+
+
+COMMITTED = sorted(Path(__file__).resolve().parents[1].glob("benchmarks/*/results.jsonl"))
+GOLDEN = Path(__file__).with_name("golden")
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.parent.name)
+def test_committed_records_load_and_write_back_the_same_json(path):
+    """Typed records write the JSON the untyped ones did, older records included."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = BenchRecord.from_json(json.loads(line))
+        assert json.dumps(record.to_json()) == line
+
+
+@pytest.mark.parametrize(
+    "name", ["self-draft-open-ended-2026-11-30", "qwen2.5-coder-fast-2026-11-30"]
+)
+def test_committed_run_renders_the_golden_tables(name):
+    """The tables of a committed run, byte for byte as the untyped report rendered them
+    (tests/golden: render_markdown of commit 141d887, no plots)."""
+    records = load_records(GOLDEN.parents[1] / "benchmarks" / name / "results.jsonl")
+    expected = (GOLDEN / f"bench-{name}.md").read_text(encoding="utf-8")
+    assert render_markdown(records) == expected
 
 
 def test_first_difference():
@@ -255,6 +307,36 @@ def test_method_order_rotates_everything_but_keeps_the_oracle_after_the_baseline
     assert bench_methods.method_order(methods, 4) == bench_methods.method_order(methods, 0)
     firsts = {bench_methods.method_order(("target", "a", "b"), i)[0] for i in range(3)}
     assert firsts == {"target", "a", "b"}
+
+
+def test_speedup_columns_come_from_the_method_table():
+    assert [header for _, header in bench_methods.SPEEDUP_COLUMNS] == [
+        "heuristic", "dynamic", "constant", "adaptive", "adaptive-warm", "oracle",
+        "prompt lookup", "hybrid", "HF heuristic", "HF dynamic", "HF prompt lookup",
+        "HF prompt lookup 32",
+    ]  # fmt: skip
+    assert all(callable(spec.run) for spec in bench_methods.METHOD_SPECS)
+
+
+def test_a_method_is_one_spec_with_its_settings(monkeypatch):
+    calls = []
+
+    def fake_run(runner, call, **settings):
+        calls.append((call.name, list(call.reference), settings))
+        return MethodOutput(_record("t", "p", call.name, 1.0).measurement, (1, 2))
+
+    spec = bench_methods.MethodSpec(
+        "fake", "dynaspec", True, "a test method", fake_run, {"k": 3},
+        bench_methods.Column("fake", 99), warmup_settings={"k": 1},
+    )  # fmt: skip
+    monkeypatch.setitem(bench_methods.SPECS, "fake", spec)
+    ids = torch.tensor([[1, 2]])
+    output = bench_methods.run_method(None, "fake", ids, [7])
+    bench_methods.run_method(None, "fake", ids, [7], warmup=True)
+    assert output.output_ids == (1, 2)
+    assert calls == [("fake", [7], {"k": 3}), ("fake", [7], {"k": 1})]
+    with pytest.raises(ConfigError, match="unknown method"):
+        bench_methods.run_method(None, "turbo", ids, [])
 
 
 def test_parse_methods():

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dynaspec.eval.bench.aggregate import (
     ALL_TASKS_ROW,
@@ -13,12 +12,13 @@ from dynaspec.eval.bench.aggregate import (
     tasks_of,
 )
 from dynaspec.eval.bench.methods import BASELINE
+from dynaspec.eval.bench.record import BenchRecord
 
 SPEEDUP_PLOT = "speedup.png"
 ACCEPTED_PLOT = "accepted_per_round.png"
 
 
-def plot_speedups(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+def plot_speedups(records: Sequence[BenchRecord], path: Path) -> None:
     """Grouped bars: speedup over the target alone per task (x) and method (bars)."""
     import matplotlib
 
@@ -38,7 +38,7 @@ def plot_speedups(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(rows)), rows)
     ax.set_ylabel("speedup over target alone (median)")
-    run = records[0].get("run", {})
+    run = records[0].run
     ax.set_title(f"{run.get('pair', '')}: speedup per task and method")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -46,7 +46,7 @@ def plot_speedups(records: Sequence[Mapping[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_accepted(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+def plot_accepted(records: Sequence[BenchRecord], path: Path) -> None:
     """Histograms (one panel per speculative method) of drafted tokens accepted per round.
 
     Only rounds that drafted something count; the share of rounds that drafted nothing
@@ -63,10 +63,10 @@ def plot_accepted(records: Sequence[Mapping[str, Any]], path: Path) -> None:
         pairs = [
             (drafted, accepted)
             for record in records
-            if record["method"] == method
+            if record.method == method
             for drafted, accepted in zip(
-                record.get("drafted_per_round") or [],
-                record.get("accepted_per_round") or [],
+                record.measurement.drafted_per_round,
+                record.measurement.accepted_per_round,
                 strict=False,
             )
         ]

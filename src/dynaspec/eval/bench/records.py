@@ -7,7 +7,6 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,8 +15,10 @@ from typing import Any
 
 import torch
 
+from dynaspec.eval.bench.aggregate import median
 from dynaspec.eval.bench.args import DEFAULT_MAX_NEW_TOKENS
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, WARMUP_TOKENS
+from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.hf_peer import sklearn_available
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
@@ -48,31 +49,12 @@ class BenchConfig:
 class BenchResult:
     """What run_benchmark() returns."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)  # one per (prompt, method)
+    records: list[BenchRecord] = field(default_factory=list)  # one per (prompt, method)
     methods: tuple[str, ...] = ()  # methods actually run, in rotation order
 
     @property
-    def mismatches(self) -> list[dict[str, Any]]:
-        return [record for record in self.records if record["matches_target"] is False]
-
-
-_RECORD_ORDER = (
-    "task", "prompt_id", "prompt_index", "prompt_tokens", "method", "family",
-    "order_in_prompt", "load_avg_1m", "new_tokens", "wall_time_s", "tokens_per_s",
-    "speedup_vs_target",
-    "matches_target", "mismatch", "rounds", "mean_accepted_per_round", "acceptance_rate",
-    "draft_forwards", "target_forwards", "draft_time_s", "target_time_s", "other_time_s",
-    "inner_wall_time_s", "stop_reasons", "accepted_per_round", "drafted_per_round",
-)  # fmt: skip
-
-
-def ordered_record(record: dict[str, Any], run_info: dict[str, Any] | None) -> dict[str, Any]:
-    ordered = {key: record[key] for key in _RECORD_ORDER if key in record}
-    ordered.update({key: value for key, value in record.items() if key not in ordered})
-    if "output_ids" in ordered:  # kept for the baseline and mismatches only: at the end
-        ordered["output_ids"] = ordered.pop("output_ids")
-    ordered["run"] = run_info or {}
-    return ordered
+    def mismatches(self) -> list[BenchRecord]:
+        return [record for record in self.records if record.matches_target is False]
 
 
 def run_metadata(
@@ -118,27 +100,27 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
     """The end-of-run summary: per method medians and every mismatch."""
     lines = ["", "summary (median over prompts):"]
     for name in result.methods:
-        rows = [r for r in result.records if r["method"] == name]
+        rows = [r for r in result.records if r.method == name]
         if not rows:
             continue
-        speedups = [r["speedup_vs_target"] for r in rows if r["speedup_vs_target"]]
-        rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
-        bad = [r for r in rows if r["matches_target"] is False]
+        speedups = [r.speedup_vs_target for r in rows if r.speedup_vs_target]
+        rates = [r.measurement.tokens_per_s for r in rows if r.measurement.tokens_per_s]
+        bad = [r for r in rows if r.matches_target is False]
         lines.append(
             f"  {name:<16} {_median_or_nan(speedups):5.2f}x  {_median_or_nan(rates):7.1f} tok/s"
             f"  mismatches {len(bad)}/{len(rows)}"
         )
     mismatches = result.mismatches
-    kinds = Counter((r["mismatch"] or {}).get("kind", "BUG") for r in mismatches)
+    kinds = Counter(r.mismatch.kind if r.mismatch else "BUG" for r in mismatches)
     lines.append(
         f"mismatches: {len(mismatches)} ({kinds.get('tie', 0)} tie, {kinds.get('BUG', 0)} BUG)"
     )
     for record in mismatches:
-        info = record["mismatch"] or {}
+        info = record.mismatch
         lines.append(
-            f"  !!! {record['method']} {record['task']}/{record['prompt_id']}: "
-            f"{info.get('kind')} at new token {info.get('position')}"
-            + (f", {info['steps']:.1f} steps" if info.get("steps") is not None else "")
+            f"  !!! {record.method} {record.task}/{record.prompt_id}: "
+            f"{info.kind if info else None} at new token {info.position if info else None}"
+            + (f", {info.steps:.1f} steps" if info and info.steps is not None else "")
         )
     if out_dir is not None:
         lines.append(f"results: {out_dir}/results.jsonl, table: {out_dir}/table.md")
@@ -146,7 +128,8 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
 
 
 def _median_or_nan(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+    found = median(values)
+    return float("nan") if found is None else found
 
 
 def output_digest(tokens: Sequence[int]) -> str:

@@ -20,147 +20,37 @@ DIR]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
-from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from dynaspec.eval.bench.aggregate import (
-    ALL_TASKS_ROW,
-    median_of_ratios,
-    methods_of,
-    mismatch_counts,
-    pooled_accepted_per_round,
-    tasks_of,
-)
 from dynaspec.eval.bench.fast_report import fast_section
-from dynaspec.eval.bench.methods import BASELINE
+from dynaspec.eval.bench.methods import SPEEDUP_COLUMNS
 from dynaspec.eval.bench.plots import ACCEPTED_PLOT, SPEEDUP_PLOT, plot_accepted, plot_speedups
-
-# (method, column header) of the speedup columns, in table order
-SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("heuristic", "heuristic"),
-    ("dynamic", "dynamic"),
-    ("constant", "constant"),
-    ("adaptive", "adaptive"),
-    ("adaptive-warm", "adaptive-warm"),
-    ("oracle", "oracle"),
-    ("prompt-lookup", "prompt lookup"),
-    ("hybrid", "hybrid"),
-    ("hf-heuristic", "HF heuristic"),
-    ("hf-dynamic", "HF dynamic"),
-    ("hf-prompt-lookup", "HF prompt lookup"),
-    ("hf-prompt-lookup-32", "HF prompt lookup 32"),
-)
-ACCEPTED_HEADER = "acc/round (dyn)"
-RELATIVE_HEADER = "dyn / HF dyn"
-HYBRID_HEADER = "hybrid vs HF PL"
-MISMATCH_HEADER = "mismatches"
-TABLE_HEADERS: tuple[str, ...] = (
-    "target",
-    "draft",
-    "task",
-    "prompts",
-    *(header for _, header in SPEEDUP_COLUMNS),
+from dynaspec.eval.bench.record import BenchRecord, load_records
+from dynaspec.eval.bench.tables import (
     ACCEPTED_HEADER,
-    RELATIVE_HEADER,
     HYBRID_HEADER,
-    MISMATCH_HEADER,
+    RELATIVE_HEADER,
+    TABLE_HEADERS,
+    format_mismatches,
+    method_table,
+    speedup_table,
 )
 
-
-def load_records(jsonl_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a results.jsonl (blank lines skipped)."""
-    with open(jsonl_path, encoding="utf-8") as file:
-        return [json.loads(line) for line in file if line.strip()]
-
-
-def format_mismatches(counts: Counter[str] | None) -> str:
-    if not counts:
-        return "0"
-    total = counts.get("tie", 0) + counts.get("BUG", 0)
-    if not total:
-        return "0"
-    return f"{total} ({counts.get('tie', 0)} tie, {counts.get('BUG', 0)} BUG)"
+__all__ = [
+    "SPEEDUP_COLUMNS",
+    "TABLE_HEADERS",
+    "format_mismatches",
+    "load_records",
+    "render_markdown",
+    "render_report",
+]
 
 
-def _times(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}x"
-
-
-def _number(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def speedup_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """The main table: one row per task (and "all" when there are several)."""
-    run = records[0].get("run", {}) if records else {}
-    target_name, draft_name = run.get("target", "?"), run.get("draft", "?")
-    tasks = tasks_of(records)
-    rows = tasks + ([ALL_TASKS_ROW] if len(tasks) > 1 else [])
-    speedups = {
-        method: median_of_ratios(records, BASELINE, method) for method, _ in SPEEDUP_COLUMNS
-    }
-    accepted = pooled_accepted_per_round(records, "dynamic")
-    relative = median_of_ratios(records, "dynamic", "hf-dynamic")
-    hybrid = median_of_ratios(records, "hf-prompt-lookup", "hybrid")
-    mismatches = mismatch_counts(records)
-    prompts: dict[str, set[str]] = defaultdict(set)
-    for record in records:
-        prompts[record["task"]].add(str(record["prompt_id"]))
-        prompts[ALL_TASKS_ROW].add(f"{record['task']}\0{record['prompt_id']}")
-    lines = [
-        "| " + " | ".join(TABLE_HEADERS) + " |",
-        "|" + "---|" * 4 + "---:|" * (len(TABLE_HEADERS) - 4),
-    ]
-    for task in rows:
-        cells = [target_name, draft_name, task, str(len(prompts[task]))]
-        cells += [_times(speedups[method].get(task)) for method, _ in SPEEDUP_COLUMNS]
-        cells += [
-            _number(accepted.get(task)),
-            _number(relative.get(task)),
-            _times(hybrid.get(task)),
-            format_mismatches(mismatches.get(task)),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def method_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """Per method over all prompts: speedup, tok/s, acceptance, forwards, mismatches."""
-    headers = (
-        "method", "speedup (median)", "tok/s (median)", "acc/round", "acceptance",
-        "draft fwd/prompt", "target fwd/prompt", "mismatches",
-    )  # fmt: skip
-    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
-    for method in methods_of(records):
-        rows = [r for r in records if r["method"] == method]
-        speedup = median_of_ratios(records, BASELINE, method).get(ALL_TASKS_ROW)
-        rates = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
-        accepted = pooled_accepted_per_round(records, method).get(ALL_TASKS_ROW)
-        drafted = sum(sum(r.get("drafted_per_round") or []) for r in rows)
-        kept = sum(sum(r.get("accepted_per_round") or []) for r in rows)
-        counts = mismatch_counts(rows).get(ALL_TASKS_ROW)
-        cells = [
-            method,
-            _times(speedup),
-            _number(statistics.median(rates) if rates else None, 1),
-            _number(accepted),
-            f"{kept / drafted:.0%}" if drafted else "–",
-            _number(statistics.mean(r["draft_forwards"] for r in rows), 1),
-            _number(statistics.mean(r["target_forwards"] for r in rows), 1),
-            format_mismatches(counts),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _header(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    run = records[0].get("run", {}) if records else {}
+def _header(records: Sequence[BenchRecord]) -> list[str]:
+    run = records[0].run if records else {}
     config = run.get("config", {})
     versions = run.get("versions", {})
     machine = run.get("machine", {})
@@ -188,7 +78,7 @@ def _header(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def render_markdown(records: Sequence[Mapping[str, Any]], plots: Sequence[str] = ()) -> str:
+def render_markdown(records: Sequence[BenchRecord], plots: Sequence[str] = ()) -> str:
     """The whole table.md text."""
     if not records:
         return "# dynaspec bench\n\nno records\n"
@@ -212,21 +102,26 @@ def render_markdown(records: Sequence[Mapping[str, Any]], plots: Sequence[str] =
         method_table(records),
         *fast_section(records),
     ]
-    bad = [r for r in records if r.get("matches_target", True) is False]
+    bad = [r for r in records if r.matches_target is False]
     if bad:
-        lines += ["", "Mismatches:", ""]
-        for record in bad:
-            info = record.get("mismatch") or {}
-            steps = info.get("steps")
-            lines.append(
-                f"- **{info.get('kind', 'BUG')}** {record['method']} on "
-                f"{record['task']}/{record['prompt_id']}: new token {info.get('position')}, "
-                f"target {info.get('target_token')} vs {info.get('method_token')}"
-                + (f", {steps:.1f} {info.get('dtype')} steps from the top logit" if steps else "")
-            )
+        lines += ["", "Mismatches:", ""] + [_mismatch_line(record) for record in bad]
     if plots:
         lines += [""] + [f"![{Path(plot).stem}]({Path(plot).name})" for plot in plots]
     return "\n".join(lines) + "\n"
+
+
+def _mismatch_line(record: BenchRecord) -> str:
+    info = record.mismatch
+    if info is None:
+        return (
+            f"- **BUG** {record.method} on {record.task}/{record.prompt_id}: new token None, "
+            "target None vs None"
+        )
+    return (
+        f"- **{info.kind}** {record.method} on {record.task}/{record.prompt_id}: new token "
+        f"{info.position}, target {info.target_token} vs {info.method_token}"
+        + (f", {info.steps:.1f} {info.dtype} steps from the top logit" if info.steps else "")
+    )
 
 
 def render_report(jsonl_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> str:

@@ -41,7 +41,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
 from typing import Any, TextIO
@@ -58,24 +58,28 @@ from dynaspec.eval.bench.args import (
     add_bench_arguments,
     equivalent_command,
 )
+from dynaspec.eval.bench.measurement import MethodOutput
 from dynaspec.eval.bench.methods import (
     BASELINE,
     SPECS,
     WARMUP_PROMPT_TOKENS,
-    MethodRunner,
     method_order,
     parse_methods,
+    reference_model,
+    run_method,
     runnable_methods,
+    warm_up,
 )
+from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.records import (
     BenchConfig,
     BenchPrompt,
     BenchResult,
-    ordered_record,
     output_digest,
     run_metadata,
     summary_text,
 )
+from dynaspec.eval.bench.runner import MethodRunner
 from dynaspec.eval.data import Prompt
 from dynaspec.eval.mismatch import Divergence, classify_mismatch, model_dtype
 from dynaspec.models.loading import eos_token_ids, load_models
@@ -160,7 +164,7 @@ def run_bench(args: argparse.Namespace) -> int:
     markdown = render_report(jsonl_path, out_dir)
     print(markdown)
     print(summary_text(result, out_dir))
-    bugs = [r for r in result.mismatches if (r.get("mismatch") or {}).get("kind") != "tie"]
+    bugs = [r for r in result.mismatches if r.mismatch is None or r.mismatch.kind != "tie"]
     return 1 if bugs else 0
 
 
@@ -198,7 +202,7 @@ def run_benchmark(
             start = perf_counter()
             # A short head of the first prompt: warms every code path without paying a
             # long prefill per method (prefill is slow on CPUs without native bf16).
-            runner.warm_up(prompts[0].input_ids[:, :WARMUP_PROMPT_TOKENS], methods)
+            warm_up(runner, prompts[0].input_ids[:, :WARMUP_PROMPT_TOKENS], methods)
             if run_info is not None:
                 run_info["warmup_time_s"] = round(perf_counter() - start, 3)
         _run_prompts(runner, prompts, methods, config, run_info, result, out)
@@ -229,33 +233,32 @@ def _run_prompts(
     )
     with bar:
         for index, prompt in enumerate(prompts):
-            by_method: dict[str, dict[str, Any]] = {}
-            outputs: dict[str, list[int]] = {}
+            by_method: dict[str, _Measured] = {}
             for position, name in enumerate(method_order(methods, index)):
                 bar.set_postfix_str(f"{prompt.task}/{prompt.id} {name}", refresh=False)
                 load = _load_average()
-                measured = runner.run(name, prompt.input_ids, outputs.get(BASELINE, []))
-                outputs[name] = measured.pop("output_ids")
-                measured.update(task=prompt.task, prompt_id=prompt.id, method=name)
-                measured["order_in_prompt"] = position
-                measured["load_avg_1m"] = load
-                by_method[name] = measured
+                reference = by_method[BASELINE].output.output_ids if BASELINE in by_method else ()
+                output = run_method(runner, name, prompt.input_ids, reference)
+                by_method[name] = _Measured(output, position, load)
                 bar.update(1)
             for name in methods:  # records in --methods order, whatever the run order
                 record = _prompt_record(
-                    runner.reference_model(name),
-                    prompt,
-                    index,
-                    name,
-                    by_method,
-                    outputs,
-                    config.tie_steps,
+                    reference_model(runner, name), prompt, index, name, by_method, config
                 )
-                final = ordered_record(record, run_info)
-                result.records.append(final)
+                record = replace(record, run=run_info or {})  # the run's, shared
+                result.records.append(record)
                 if out is not None:
-                    out.write(json.dumps(final) + "\n")
+                    out.write(json.dumps(record.to_json()) + "\n")
                     out.flush()
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A method's output on the current prompt, and where it ran in the prompt's order."""
+
+    output: MethodOutput
+    order_in_prompt: int
+    load_avg_1m: float | None
 
 
 def _prompt_record(
@@ -263,35 +266,45 @@ def _prompt_record(
     prompt: BenchPrompt,
     index: int,
     name: str,
-    by_method: dict[str, dict[str, Any]],
-    outputs: dict[str, list[int]],
-    tie_steps: float,
-) -> dict[str, Any]:
-    """The measurements of `name` on `prompt`, compared with its reference's output (the
+    by_method: dict[str, _Measured],
+    config: BenchConfig,
+) -> BenchRecord:
+    """The record of `name` on `prompt`: its output compared with its reference's (the
     target alone's, or a fast method's own target alone's) by the reference's `target`."""
-    measured, output = by_method[name], outputs[name]
+    measured = by_method[name]
+    output = list(measured.output.output_ids)
     reference_method = SPECS[name].reference
-    reference = outputs[reference_method or BASELINE]
+    reference = list(by_method[reference_method or BASELINE].output.output_ids)
     divergence = None
     if output != reference and reference_method is not None:
         dtype = str(model_dtype(target)).removeprefix("torch.")
         divergence = classify_mismatch(
-            target, prompt.input_ids, reference, output, tie_steps, dtype
+            target, prompt.input_ids, reference, output, config.tie_steps, dtype
         )
         _warn_mismatch(prompt, name, divergence)
-    # None: not compared (a differently quantized model); same_as_target says if it agreed.
-    measured["matches_target"] = divergence is None if reference_method is not None else None
-    measured["reference_method"] = reference_method
-    measured["same_as_target"] = output == outputs[BASELINE]
-    measured["mismatch"] = asdict(divergence) if divergence else None
-    measured["output_sha"] = output_digest(output)
-    if name == BASELINE or divergence is not None:
-        measured["output_ids"] = output  # kept for the reference and mismatches
-    measured["prompt_index"] = index
-    measured["prompt_tokens"] = int(prompt.input_ids.shape[1])
-    wall = measured["wall_time_s"]
-    measured["speedup_vs_target"] = by_method[BASELINE]["wall_time_s"] / wall if wall else None
-    return measured
+    measurement = measured.output.measurement
+    wall = measurement.wall_time_s
+    return BenchRecord(
+        task=prompt.task,
+        prompt_id=prompt.id,
+        prompt_index=index,
+        prompt_tokens=int(prompt.input_ids.shape[1]),
+        method=name,
+        order_in_prompt=measured.order_in_prompt,
+        load_avg_1m=measured.load_avg_1m,
+        measurement=measurement,
+        speedup_vs_target=(
+            by_method[BASELINE].output.measurement.wall_time_s / wall if wall else None
+        ),
+        # None: not compared (a differently quantized model); same_as_target says if it agreed.
+        matches_target=divergence is None if reference_method is not None else None,
+        mismatch=divergence,
+        output_sha=output_digest(output),
+        reference_method=reference_method,
+        same_as_target=output == list(by_method[BASELINE].output.output_ids),
+        # kept for the reference and mismatches
+        output_ids=tuple(output) if name == BASELINE or divergence is not None else None,
+    )
 
 
 def _load_average() -> float | None:

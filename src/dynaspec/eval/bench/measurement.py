@@ -1,0 +1,59 @@
+"""What one method measures on one prompt (the timing and decoding facts of a record)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The measurements of one generation. Lists are tuples here, lists in the JSON."""
+
+    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp"
+    new_tokens: int
+    wall_time_s: float  # one clock around the whole call
+    tokens_per_s: float | None
+    rounds: int
+    mean_accepted_per_round: float | None
+    acceptance_rate: float | None
+    draft_forwards: int
+    target_forwards: int
+    draft_time_s: float | None  # the loop's own split (dynaspec and fast only)
+    target_time_s: float | None
+    other_time_s: float | None
+    inner_wall_time_s: float
+    stop_reasons: Mapping[str, int] | None  # per-round stop reason -> rounds (dynaspec, fast)
+    accepted_per_round: tuple[int, ...]
+    drafted_per_round: tuple[int, ...]
+    # Present in some families only (None: absent from the record).
+    copied_per_round: tuple[int, ...] | None = None  # dynaspec, fast
+    processors: tuple[str, ...] | None = None  # dynaspec, fast
+    compile_time_s: float | None = None  # fast
+    weight_bytes: int | None = None  # fast
+    fast_models: tuple[str, ...] | None = None  # fast
+    gguf: str | None = None  # llamacpp
+
+
+# The fields some families have: None is left out of the JSON (never written as null).
+OPTIONAL_FIELDS: tuple[str, ...] = (
+    "copied_per_round",
+    "processors",
+    "compile_time_s",
+    "weight_bytes",
+    "fast_models",
+    "gguf",
+)
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    """What running a method returns: its measurements and its new tokens."""
+
+    measurement: Measurement
+    output_ids: tuple[int, ...]
+
+
+def rate(tokens: int, wall: float) -> float | None:
+    """Tokens per second, None for a zero wall time."""
+    return tokens / wall if wall > 0 else None
