@@ -56,11 +56,13 @@ INT4_GROUP_SIZES = (128, 64, 32)
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
-    """Whether oneDNN can hold `weight` prepacked (bf16 on a CPU with oneDNN)."""
+    """Whether oneDNN can hold `weight` prepacked (bf16 on a CPU whose oneDNN has a bf16
+    path: AVX512-BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only CPU keeps the plain weight)."""
     return (
         weight.device.type == "cpu"
         and weight.dtype == torch.bfloat16
         and torch.backends.mkldnn.is_available()
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
 
 
