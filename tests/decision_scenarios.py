@@ -10,7 +10,7 @@ committed trace (tests/data/decision_traces.json).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 MAX_NEW = 400
@@ -28,21 +28,18 @@ class Draw:
     noise: float  # forward-time noise factor
 
 
-def draws(seed: int, rounds: int, lookup: bool) -> list[Draw]:
+def draws(seed: int, rounds: int, lookup: bool) -> Iterator[Draw]:
+    """Up to `rounds` rounds' inputs, drawn in order as they are used."""
     rng = random.Random(seed)
-    out = []
     for _ in range(rounds):
         copy = rng.choice([0, 0, 0, 1, 2, 3, 5, 8, 10, 16, 32]) if lookup else 0
-        out.append(
-            Draw(
-                copy_tokens=copy,
-                agreement=rng.randint(1, 70) if copy else 0,
-                confidences=tuple(rng.betavariate(3, 1) for _ in range(40)),
-                uniforms=tuple(rng.random() for _ in range(80)),
-                noise=rng.uniform(0.8, 1.3),
-            )
+        yield Draw(
+            copy_tokens=copy,
+            agreement=rng.randint(1, 70) if copy else 0,
+            confidences=tuple(rng.betavariate(3, 1) for _ in range(40)),
+            uniforms=tuple(rng.random() for _ in range(80)),
+            noise=rng.uniform(0.8, 1.3),
         )
-    return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_settings import EVERYTHING
 from tiny_models import tiny_model
 from transformers import GenerationConfig
 from transformers.generation import logits_process as lp
@@ -24,34 +25,12 @@ from dynaspec.core.settings import resolve_settings
 PROMPT = torch.tensor([[3, 9, 4]])
 RECORDS = {"sampling": SamplingConfig, "processors": ProcessorConfig, "outputs": OutputConfig}
 # A value that is not the default and builds its processor, for every keyword of a record.
-EXAMPLES: dict[str, Any] = dict(
-    sequence_bias={(4,): 1.0},
-    encoder_repetition_penalty=1.2,
-    repetition_penalty=1.1,
-    no_repeat_ngram_size=2,
-    encoder_no_repeat_ngram_size=3,
-    bad_words_ids=[[7]],
-    min_length=5,
-    min_new_tokens=2,
-    forced_bos_token_id=1,
-    forced_eos_token_id=2,
-    remove_invalid_values=True,
-    exponential_decay_length_penalty=(2, 1.1),
-    suppress_tokens=[8],
-    begin_suppress_tokens=[9],
-    do_sample=True,
-    temperature=0.8,
-    top_h=0.9,
-    top_k=5,
-    top_p=0.9,
-    min_p=0.05,
-    typical_p=0.9,
-    epsilon_cutoff=0.01,
-    eta_cutoff=0.01,
-    renormalize_logits=True,
-    output_scores=True,
-    output_logits=True,
-)
+EXAMPLES: dict[str, Any] = {
+    **EVERYTHING,  # every processor and warper, in transformers' order
+    "min_length": 5,
+    "output_scores": True,
+    "output_logits": True,
+}
 
 
 @pytest.fixture(scope="module")

@@ -121,3 +121,19 @@ def test_generate_fills_the_records() -> None:
         assert len(r.confidences) == r.num_drafted
         assert r.num_accepted <= r.num_drafted and 1 <= r.num_emitted <= r.num_accepted + 1
     assert stats.wall_time_s >= summary.draft_time_s + summary.target_time_s
+
+
+def test_a_round_serialises_with_asdict() -> None:
+    """The round record is plain data: dataclasses.asdict and JSON, enums as their values."""
+    import json
+    from dataclasses import asdict
+
+    row = json.loads(json.dumps(asdict(record(3, 2, 3, stop_reason=StopReason.COST))))
+    assert row["stop_reason"] == "cost" and row["num_drafted"] == 3
+    assert row["plan"] == {
+        "copy": 0,
+        "model": 3,
+        "probe": False,
+        "copy_choice": None,
+        "copy_accepted": 1.0,
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+from dynaspec.core.round import Round, StopReason
 from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
 from dynaspec.errors import DynaspecError
 from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
@@ -40,9 +41,11 @@ __all__ = [
     "ModelPair",
     "LookaheadPolicy",
     "OraclePolicy",
+    "Round",
     "RoundRecord",
     "SamplingConfig",
     "SpecConfig",
+    "StopReason",
     "Summary",
     "generate",
     "load_model",

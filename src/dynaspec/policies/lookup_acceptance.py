@@ -1,20 +1,10 @@
 """How often copied (prompt-lookup) tokens are accepted, learned online.
 
-b(a) = P(a copied token is accepted | the source it is copied from agrees with the text on
-the a tokens before it). For the j-th token of a copy (0-based) whose match agreed on ell
-tokens back from the newest one, a = ell + j: every earlier copied token, if accepted,
-extends the agreement by one. So a copy that has run on for a while is trusted more than
-its first token, and what is learned from the first tokens of long matches serves the late
-tokens of short ones. a is bucketed by powers of two (1, 2-3, 4-7, ..., 64+). Each bucket
-counts the copied tokens whose outcome is known (up to and including the first rejection)
-behind an optimistic prior (0.8, as for the draft model's first token, so that a fresh
-policy tries copying and learns), and the estimates are made non-decreasing in a (a longer
-agreement is never a weaker sign that the text is being copied; neighbouring buckets out of
-order are pooled), so an unexplored long agreement is trusted about as much as the shorter
-ones learned so far. When the rule keeps declining to copy, a probe copies one token now
-and then (each probe waiting twice as long as the last, as the draft model's probes do), so
-that a noisy early estimate cannot switch copying off for good. See policies/source_plan.py
-for how the policy uses it.
+b(a) = P(a copied token is accepted | its source agrees with the text on the a tokens before
+it); for the j-th token (0-based) of a copy whose match agreed on ell tokens, a = ell + j.
+Counted per power-of-two bucket of a behind an optimistic prior, made non-decreasing in a,
+with a prober for when the rule keeps declining: docs/adaptive.md ("Copied tokens'
+acceptance").
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.core.round import Round
 from dynaspec.errors import ConfigError
 from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, FastModels
 from dynaspec.eval.bench.measurement import Measurement, MethodOutput, rate
@@ -72,8 +73,8 @@ class RoundStats:
     stop_reasons: dict[str, int]  # why drafting stopped -> rounds
 
 
-def round_stats(rounds: Sequence[Any]) -> RoundStats:
-    """The ONE place eval/bench reads dynaspec's per-round records (core.stats.RoundRecord)."""
+def round_stats(rounds: Sequence[Round]) -> RoundStats:
+    """The ONE place eval/bench reads dynaspec's per-round records (core.round.Round)."""
     return RoundStats(
         accepted=tuple(r.num_accepted for r in rounds),
         drafted=tuple(r.num_drafted for r in rounds),
