@@ -18,7 +18,8 @@ RANKS = {
     "policies": 2,
     "backends": 2,
     "drafters": 2,
-    "generation": 3,
+    "batch": 3,  # generate() over a batch (input_ids (B, T)); generation dispatches to it
+    "generation": 3.5,
     "models": 4,
     "eval": 5,
     "cli": 6,

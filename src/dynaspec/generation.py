@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.backends import as_adapter
+from dynaspec.batch import BATCH_OPTIONS, generate_batch, is_batch
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
@@ -65,16 +66,14 @@ def generate(
     The target's generation_config applies where the call is silent (see core/settings.py);
     `generation_config=` replaces it (`GenerationConfig()`: a clean slate). `logits_processor`
     and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
-    Parameter names follow transformers' assisted generation. The default schedule is
-    "adaptive" (cost-aware: it drafts only while its measured costs say drafting pays);
-    "dynamic" is the published confidence rule, transformers' default. `policy` overrides the
-    schedule with a policy object the caller owns; it is not reset, so what it learned
-    carries over between calls (call `policy.reset()` to start afresh).
+    The default schedule "adaptive" drafts only while its measured costs say drafting pays;
+    "dynamic" is the published confidence rule, transformers' default. `policy`: a policy
+    object the caller owns, not reset, so what it learned carries over between calls.
     `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
-    default 2): alone with `draft=None`, else with the draft model as a hybrid (drafters/).
-    It is the most tokens copied per round; the adaptive schedule copies only as many as its
-    learned acceptance and measured verification cost say pay, so a cap of 32 suits it, while
-    the fixed schedules copy the whole match as transformers does (10 is transformers' usual).
+    default 2), alone with `draft=None`, else with the draft model (a hybrid): the most tokens
+    copied per round (adaptive copies what pays, so 32 suits it; the fixed schedules copy the
+    whole match, as transformers does, whose usual is 10). `input_ids` (B, T) with its
+    `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(
@@ -82,6 +81,9 @@ def generate(
         assistant_confidence_threshold=assistant_confidence_threshold,
         num_assistant_tokens_schedule=num_assistant_tokens_schedule,
     )
+    if is_batch(input_ids):  # (B, T), B > 1: dynaspec/batch.py
+        own = {k: v for k, v in locals().items() if k in BATCH_OPTIONS}
+        return generate_batch(target, draft, input_ids, attention_mask, spec, own, kwargs)
     prompt = check_prompt(input_ids)
     target_adapter, draft_adapter = _checked_adapters(target, draft, prompt, attention_mask)
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]

@@ -34,6 +34,8 @@ class GenerateOutput:
     stats: GenerationStats  # per-round records; .summary() for totals
     scores: tuple[torch.Tensor, ...] | None = None  # output_scores: (1, V) processed per token
     logits: tuple[torch.Tensor, ...] | None = None  # output_logits: (1, V) raw per token
+    # A batch (input_ids (B, T)): each row's own stats, in row order (None for one sequence)
+    row_stats: tuple[GenerationStats, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,27 @@ def speculative_round(
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
     target_time = device_clock(device) - start
     check_finite(bool(torch.isfinite(target_logits).all()), target)  # once per round
+    num_accepted, new_tokens, scores = accept(sampler, target_logits, tokens, proposal)
+    return Checked(
+        plan,
+        proposal,
+        stop_reason,
+        num_accepted,
+        verify_input.numel(),
+        target_time,
+        new_tokens,
+        scores,
+        target_logits,
+    )
+
+
+def accept(
+    sampler: TokenSampler, target_logits: torch.Tensor, tokens: torch.Tensor, proposal: Proposal
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """The target's verdict on `proposal` after the committed `tokens` (n,), from its logits
+    (k + 1, V): (accepted drafted tokens, the new tokens (accepted + 1,), the processed
+    scores (k + 1, V))."""
+    draft_tokens = proposal.tokens  # (k,)
     # Row i processed with the committed tokens + draft_tokens[:i] as the prefix.
     target_scores = sampler.process(target_logits, tokens, draft_tokens)  # (k + 1, V)
     if sampler.config.do_sample:
@@ -131,20 +154,10 @@ def speculative_round(
     else:
         num_accepted, next_token = greedy_accept(draft_tokens, target_scores)
     new_tokens = torch.cat([draft_tokens[:num_accepted], next_token.view(1)])
-    return Checked(
-        plan,
-        proposal,
-        stop_reason,
-        num_accepted,
-        verify_input.numel(),
-        target_time,
-        new_tokens,
-        target_scores,
-        target_logits,
-    )
+    return num_accepted, new_tokens, target_scores
 
 
-def _cut(new_tokens: torch.Tensor, room: int, eos: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def cut(new_tokens: torch.Tensor, room: int, eos: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """Keeps at most `room` tokens and nothing after the first EOS; returns (tokens, done)."""
     new_tokens = new_tokens[:room]
     done = new_tokens.numel() >= room
@@ -189,7 +202,7 @@ def decode(
         step = speculative_round(
             target, drafter, tokens[:length], policy, sampler, room - 1, limits.eos_token_ids
         )
-        new_tokens, done = _cut(step.new_tokens, room, eos)
+        new_tokens, done = cut(step.new_tokens, room, eos)
         if emission is not None:  # stopping criteria at each token; scores/logits to return
             new_tokens, stopped = emission.emit(
                 tokens[:length], new_tokens, step.scores, step.logits

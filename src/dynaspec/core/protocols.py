@@ -12,6 +12,7 @@ docs/architecture.md for the layers and the path of a token through a round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -50,6 +51,31 @@ class ModelAdapter(Protocol):
 
     def crop(self, num_tokens: int) -> None:
         """Roll the cache back so it holds its first `num_tokens` tokens."""
+        ...
+
+
+@runtime_checkable
+class BatchModelAdapter(Protocol):
+    """A model over a batch of left-padded rows, each fed its own number of tokens."""
+
+    vocab_size: int
+    max_length: int | None
+    num_cached: list[int]  # per row: tokens of its sequence (left padding included) cached
+    num_pads: list[int]  # per row: left padding at the start of its sequence
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
+        ...
+
+    def forward(
+        self, new_tokens: Sequence[torch.Tensor], num_logits: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """Append new_tokens[row] (n_row,) to each row in one forward (a row may get none);
+        return per row the logits (num_logits[row], V) of its last tokens."""
+        ...
+
+    def crop(self, num_tokens: Sequence[int]) -> None:
+        """Roll each row back to at most its first num_tokens[row] tokens (see num_cached)."""
         ...
 
 

@@ -59,6 +59,9 @@ class GenerationStats:
     # criteria active in the call, in the order they ran (EOS and length are always checked)
     processors: tuple[str, ...] = ()
     do_sample: bool = False  # whether tokens were sampled (else greedy)
+    # Target forwards of the call when they are not one per round: a batch's rounds are
+    # every row's, and one forward checks all rows (None: one per round)
+    target_forwards: int | None = None
 
     def summary(self) -> Summary:
         """Aggregates, with these definitions:
@@ -67,7 +70,8 @@ class GenerationStats:
         mean_accepted_per_round = sum(num_accepted) / rounds  (drafted tokens kept per round;
             the target adds one token of its own each round)
         acceptance_rate = sum(num_accepted) / sum(num_drafted)  (0 when nothing was drafted)
-        target_forwards = rounds  (exactly one target forward per round)
+        target_forwards = rounds  (exactly one target forward per round; for a batch, the
+            forwards of the call, each checking every row still going)
         tokens_per_s = new_tokens / wall_time_s
         overhead_per_round_s = median over rounds of other_time_s (time outside forwards)
         """
@@ -82,7 +86,7 @@ class GenerationStats:
             mean_accepted_per_round=accepted / rounds if rounds else 0.0,
             acceptance_rate=accepted / drafted if drafted else 0.0,
             draft_forwards=sum(r.draft_forwards for r in self.rounds),
-            target_forwards=rounds,
+            target_forwards=rounds if self.target_forwards is None else self.target_forwards,
             wall_time_s=self.wall_time_s,
             tokens_per_s=new_tokens / self.wall_time_s if self.wall_time_s > 0 else 0.0,
             draft_time_s=sum(r.draft_time_s for r in self.rounds),

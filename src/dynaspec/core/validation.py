@@ -143,6 +143,43 @@ def check_attention_mask(attention_mask: Any, input_ids: torch.Tensor) -> None:
         )
 
 
+def check_batch(
+    input_ids: torch.Tensor, attention_mask: Any, pad_token_id: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (B, T) batch and its (B, T) mask, left-padded as transformers pads for generation;
+    InputError or UnsupportedOptionError with the fix otherwise."""
+    if input_ids.dtype not in (torch.long, torch.int):
+        raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.shape[1] == 0:
+        raise InputError("the prompts are empty: give at least one token per row")
+    ids = input_ids.long()
+    if attention_mask is None:
+        if isinstance(pad_token_id, int) and bool((ids[:, 0] == pad_token_id).any()):
+            raise InputError(
+                "a row of input_ids starts with pad_token_id but no attention_mask was given: "
+                "pass the attention_mask the tokenizer returned with the padded batch"
+            )
+        return ids, torch.ones_like(ids)
+    mask = torch.as_tensor(attention_mask).to(ids.device)
+    if tuple(mask.shape) != tuple(ids.shape):
+        raise InputError(
+            f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}: "
+            "pass the mask the tokenizer returned with these input_ids"
+        )
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise InputError("attention_mask must hold 0 (padding) and 1 (token) only")
+    mask = mask.long()
+    if not bool(mask.any(dim=1).all()):
+        empty = int((~mask.bool().any(dim=1)).nonzero()[0, 0])
+        raise InputError(f"row {empty} of input_ids is all padding: give every row a token")
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise UnsupportedOptionError(
+            "the batch is padded on the right: generation needs left padding, as in "
+            'transformers: tokenizer.padding_side = "left", then tokenize the prompts again'
+        )
+    return ids, mask
+
+
 def check_finite(finite: bool, model: Any) -> None:
     """Raises NumericalError when a model's logits were not all finite (`finite` False)."""
     if finite:

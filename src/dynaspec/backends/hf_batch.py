@@ -1,0 +1,134 @@
+"""A transformers decoder-only model over a batch of left-padded rows, with ragged rounds.
+
+Each row is a sequence of its own (its left padding, its prompt, its committed tokens) and
+the rows share one transformers cache. A forward feeds every row its own number of tokens:
+the block is right-aligned, a row with fewer tokens is padded on the left of the block, and
+a 2-D attention mask hides those pads (holes) for the rest of the call; position ids count
+each row's real tokens, so a row's positions are the ones it would have alone (transformers'
+left-padding convention: the first real token has position 0).
+
+Rolling back (`crop`) is per row. A row keeps the prefix of its sequence it asks for, but the
+shared cache can only be cut at one index: it is cut where the earliest row's first unwanted
+token sits, and any other row's tokens past that index are fed again in its next forward (a
+catch-up; the loop feeds every row its committed tokens past `num_cached[row]`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dynaspec.errors import UnsupportedModelError
+
+
+class HFBatchAdapter:
+    """`core.protocols.BatchModelAdapter` for a transformers decoder-only model."""
+
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        if getattr(config, "is_encoder_decoder", False):
+            raise UnsupportedModelError(
+                f"{type(model).__name__} is an encoder-decoder model: batches of rows work "
+                "with decoder-only models for now; call generate() once per prompt"
+            )
+        self.model = model
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.vocab_size = int(getattr(text, "vocab_size", 0) or 0)
+        self.max_length = getattr(text, "max_position_embeddings", None)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._supports_logits_to_keep = "logits_to_keep" in params
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.mask = torch.zeros(0, 0, dtype=torch.long)  # (B, C): 0 at pads and holes
+        self.slots: list[list[int]] = []  # per row: the cache index of each sequence token
+        self.num_pads: list[int] = []  # per row: left padding at the start of its sequence
+
+    @property
+    def num_cached(self) -> list[int]:
+        """Per row: how many tokens of its sequence (left padding included) are cached."""
+        return [len(slots) for slots in self.slots]
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
+        rows = input_ids.shape[0]
+        self.cache = None
+        self.mask = torch.zeros(rows, 0, dtype=torch.long, device=self.device)
+        self.slots = [[] for _ in range(rows)]
+        self.num_pads = [int((row == 0).sum()) for row in attention_mask]
+
+    def forward(
+        self, new_tokens: Sequence[torch.Tensor], num_logits: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """Appends new_tokens[row] (n_row,) to each row's sequence in one forward; returns
+        per row its last num_logits[row] rows of logits (num_logits[row], V)."""
+        width = max(tokens.numel() for tokens in new_tokens)
+        if width == 0:
+            return [torch.empty(0, self.vocab_size, device=self.device) for _ in new_tokens]
+        ids, block, positions = self._block(new_tokens, width)
+        mask = torch.cat([self.mask, block], dim=1)  # (B, C + W)
+        keep = max(max(num_logits), 1)
+        kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}
+        if self._supports_logits_to_keep:
+            kwargs["logits_to_keep"] = keep
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        cache = getattr(out, "cache", None)
+        self.cache = cache if cache is not None else out.past_key_values
+        if not hasattr(self.cache, "crop"):
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} returned a {type(self.cache).__name__} cache "
+                "that cannot be rolled back (no crop()); speculative decoding needs a "
+                "dynamic KV cache"
+            )
+        start = self.mask.shape[1]
+        for row, tokens in enumerate(new_tokens):
+            count = tokens.numel()
+            self.slots[row].extend(range(start + width - count, start + width))
+        self.mask = mask
+        logits = out.logits[:, -keep:]  # (B, keep, V)
+        return [logits[row, keep - n :] for row, n in enumerate(num_logits)]
+
+    def _block(
+        self, new_tokens: Sequence[torch.Tensor], width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, W) ids right-aligned per row, their mask, and their position ids."""
+        rows = len(new_tokens)
+        ids = torch.zeros(rows, width, dtype=torch.long, device=self.device)
+        block = torch.zeros(rows, width, dtype=torch.long, device=self.device)
+        positions = torch.zeros(rows, width, dtype=torch.long, device=self.device)
+        for row, tokens in enumerate(new_tokens):
+            count = tokens.numel()
+            if not count:
+                continue
+            first = len(self.slots[row])  # sequence index of the row's first new token
+            index = torch.arange(first, first + count, device=self.device)
+            ids[row, width - count :] = tokens.to(self.device)
+            # Left padding of the sequence itself (the prompt's) stays masked.
+            block[row, width - count :] = (index >= self.num_pads[row]).long()
+            positions[row, width - count :] = (index - self.num_pads[row]).clamp(min=0)
+        return ids, block, positions
+
+    def crop(self, num_tokens: Sequence[int]) -> None:
+        """Row r keeps at most its first num_tokens[r] sequence tokens cached (fewer when
+        another row's rollback cut the shared cache earlier: it catches up next forward)."""
+        length = self.mask.shape[1]
+        cut = length
+        for row, keep in enumerate(num_tokens):
+            slots = self.slots[row]
+            if keep < len(slots):
+                cut = min(cut, slots[keep])
+        if cut == length:
+            return
+        try:
+            self.cache.crop(cut - length)  # negative: remove that many (transformers 5)
+        except (RuntimeError, ValueError) as err:
+            raise UnsupportedModelError(
+                f"could not roll back the {type(self.cache).__name__} of "
+                f"{type(self.model).__name__} ({err}); models with sliding-window or "
+                "recurrent caches cannot be used in a batch yet"
+            ) from err
+        self.mask = self.mask[:, :cut]
+        self.slots = [[slot for slot in slots if slot < cut] for slots in self.slots]

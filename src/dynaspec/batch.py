@@ -1,0 +1,196 @@
+"""`dynaspec.generate` over a batch: input_ids of shape (B, T), left-padded as transformers
+pads for generation (`tokenizer.padding_side = "left"`), with the matching attention_mask.
+
+Every row gets what one sequence gets (its own policy, sampler, processors, stopping criteria
+and stats) and the models run each round's forwards for all rows at once (core/batch_loop.py,
+backends/hf_batch.py, drafters/batch.py). `sequences` is (B, T + new): each row's padded
+prompt, its new tokens, then `pad_token_id` after its end, as transformers' batched generate
+returns it.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.core.batch_loop import Row, decode_batch
+from dynaspec.core.config import SamplingConfig, SpecConfig
+from dynaspec.core.loop import GenerateOutput
+from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.settings import resolve_settings
+from dynaspec.core.stats import GenerationStats
+from dynaspec.core.validation import check_batch, check_token_ids
+from dynaspec.drafters import lookup_config
+from dynaspec.drafters.batch import BatchDrafter
+from dynaspec.errors import IncompatibleModelsError, UnsupportedOptionError
+from dynaspec.policies import make_policy
+
+# generate()'s own keywords that a batch call reads (besides the models and input_ids).
+BATCH_OPTIONS = (
+    "seed",
+    "streamer",
+    "policy",
+    "prompt_lookup_num_tokens",
+    "max_matching_ngram_size",
+    "generation_config",
+    "logits_processor",
+    "stopping_criteria",
+    "tokenizer",
+)
+
+
+def is_batch(input_ids: Any) -> bool:
+    """Whether `input_ids` holds more than one row."""
+    return isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1
+
+
+def generate_batch(
+    target: Any,
+    draft: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    spec: SpecConfig,
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> GenerateOutput:
+    """generate() for (B, T) input_ids; `options` are generate()'s own keywords (seed,
+    streamer, policy, prompt lookup, generation_config, logits_processor, stopping_criteria,
+    tokenizer), `kwargs` transformers' generation keywords."""
+    started = time.time()
+    _refuse(target, draft, options, kwargs)
+    ids, mask = check_batch(input_ids, attention_mask, kwargs.get("pad_token_id"))
+    settings = resolve_settings(
+        kwargs, target, options.get("generation_config"), ids.shape[1], options.get("seed")
+    )
+    limits = settings.limits
+    target_batch = HFBatchAdapter(target)
+    draft_batch = HFBatchAdapter(draft) if draft is not None else None
+    _check_pair(target_batch, draft_batch)
+    check_token_ids(ids, target_batch.vocab_size)
+    ids, mask = ids.to(target_batch.device), mask.to(target_batch.device)
+    criteria = build_stopping(
+        limits, options.get("tokenizer"), options.get("stopping_criteria"), started
+    )
+    rows = [_row(ids, mask, index, spec, settings, options, criteria) for index in range(len(ids))]
+    lookup = lookup_config(
+        options.get("prompt_lookup_num_tokens"), options.get("max_matching_ngram_size")
+    )
+    drafter = None
+    if draft_batch is not None or lookup is not None:
+        drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
+    with torch.inference_mode():
+        wall = decode_batch(target_batch, drafter, ids, mask, rows, limits)
+    return _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
+
+
+def _refuse(target: Any, draft: Any, options: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Typed errors for what a batch does not do yet, each naming what to do instead."""
+    one_at_a_time = "; call generate() once per prompt (input_ids of shape (1, T))"
+    if options.get("streamer") is not None:
+        raise UnsupportedOptionError(
+            "streamer= streams one sequence (transformers' streamers refuse batches too)"
+            + one_at_a_time
+        )
+    if options.get("policy") is not None:
+        raise UnsupportedOptionError(
+            "policy= is one policy object, and every row of a batch learns with its own: "
+            "pass num_assistant_tokens_schedule= (each row gets a fresh policy)" + one_at_a_time
+        )
+    if kwargs.get("output_scores") or kwargs.get("output_logits"):
+        raise UnsupportedOptionError(
+            "output_scores/output_logits are not returned for batches yet" + one_at_a_time
+        )
+    for model in (target, draft):
+        if model is not None and not (hasattr(model, "config") and callable(model)):
+            raise UnsupportedOptionError(
+                f"a {type(model).__name__} decodes one sequence: batches need transformers "
+                "models (load without static=/compile=/quantize=)" + one_at_a_time
+            )
+
+
+def _check_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> None:
+    if draft is not None and draft.vocab_size != target.vocab_size:
+        raise IncompatibleModelsError(
+            f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
+            f"({target.vocab_size}): use a draft that shares the target's tokenizer"
+        )
+
+
+def _row(
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    index: int,
+    spec: SpecConfig,
+    settings: Any,
+    options: dict[str, Any],
+    criteria: Sequence[Any],
+) -> Row:
+    """Row `index` with its own policy, sampler (its own random stream) and stop rules."""
+    limits = settings.limits
+    prompt = ids[index : index + 1]  # (1, T) with its left padding, as transformers sees it
+    processors = full_processor_list(
+        settings.sampling,
+        settings.processors,
+        options.get("logits_processor"),
+        prompt,
+        ids.shape[1],
+        limits,
+    )
+    sampling = _row_sampling(settings.sampling, index)
+    return Row(
+        tokens=ids.new_empty(ids.shape[1] + limits.max_new_tokens),
+        pads=int((mask[index] == 0).sum()),
+        policy=make_policy(spec),
+        sampler=TokenSampler(sampling, device=ids.device, processors=processors),
+        emission=Emission.needed(criteria, settings.outputs),
+        stats=GenerationStats(prompt_tokens=ids.shape[1]),
+    )
+
+
+def _row_sampling(sampling: SamplingConfig, index: int) -> SamplingConfig:
+    """Row 0 draws from `seed` itself (as the row would alone); row i from a seed of its own,
+    so that no two rows share a random stream."""
+    if sampling.seed is None or index == 0:
+        return sampling
+    mixed = zlib.crc32(f"{sampling.seed}:row{index}".encode()) ^ (sampling.seed << 32)
+    return replace(sampling, seed=mixed & (2**63 - 1))
+
+
+def _pad_id(kwargs: dict[str, Any], target: Any, limits: Any) -> int:
+    """The token after a row's end: pad_token_id, else the target's, else its first EOS
+    (as transformers falls back), else 0."""
+    config = getattr(target, "generation_config", None)
+    for candidate in (kwargs.get("pad_token_id"), getattr(config, "pad_token_id", None)):
+        if isinstance(candidate, int):
+            return candidate
+    return limits.eos_token_ids[0] if limits.eos_token_ids else 0
+
+
+def _output(
+    rows: list[Row], width: int, pad: int, wall: float, criteria: Sequence[Any]
+) -> GenerateOutput:
+    """(B, T + new) sequences padded after each row's end; the rows' stats, and all of
+    them as one GenerationStats (every row's rounds, the call's wall time)."""
+    longest = max(row.length for row in rows)
+    sequences = rows[0].tokens.new_full((len(rows), longest), pad)
+    for index, row in enumerate(rows):
+        sequences[index, : row.length] = row.committed
+        row.stats.wall_time_s = wall
+        row.stats.do_sample = row.sampler.config.do_sample
+        row.stats.processors = tuple(short_name(p) for p in [*row.sampler.processors, *criteria])
+    stats = GenerationStats(
+        prompt_tokens=sum(row.stats.prompt_tokens for row in rows),
+        rounds=[record for row in rows for record in row.stats.rounds],
+        wall_time_s=wall,
+        processors=rows[0].stats.processors,
+        do_sample=rows[0].stats.do_sample,
+    )
+    stats.target_forwards = max(len(row.stats.rounds) for row in rows)
+    return GenerateOutput(sequences, stats, row_stats=tuple(row.stats for row in rows))

@@ -1,0 +1,211 @@
+"""The decoding loop over a batch of rows: every row drafts and is checked as it would be
+alone, and the target checks all rows in one forward per round.
+
+Rounds are ragged: each row offers, plans (its own policy), drafts and accepts its own
+number of tokens, and a row that ends (EOS, its length, a stopping criterion) stops being fed
+while the others go on. The verification, the acceptance rule, the cuts and the records are
+those of the single-sequence loop (core/loop.py); only the forwards are shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Protocol
+
+import torch
+
+from dynaspec.core.config import LimitsConfig
+from dynaspec.core.loop import Checked, accept, cut
+from dynaspec.core.processing import Emission
+from dynaspec.core.protocols import BatchModelAdapter, LookaheadPolicy, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, StopReason
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.stats import GenerationStats
+from dynaspec.core.timing import device_clock
+from dynaspec.core.validation import check_finite
+
+
+class BatchDrafter(Protocol):
+    """Draft sources for the rows of a batch (drafters/batch.py)."""
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
+
+    def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions: ...
+
+    def propose(
+        self,
+        tokens: Sequence[torch.Tensor | None],
+        options: Sequence[DraftOptions | None],
+        plans: Sequence[DraftPlan],
+        stoppers: Sequence[Stopper | None],
+        samplers: Sequence[TokenSampler],
+        eos_token_ids: tuple[int, ...],
+    ) -> list[Proposal | None]: ...
+
+    def crop(self, num_committed: Sequence[int]) -> None: ...
+
+
+@dataclass
+class Row:
+    """One row of the batch for the whole call: its tokens and everything that is its own."""
+
+    tokens: torch.Tensor  # (T + max_new,) left padding, prompt, then new tokens
+    pads: int  # left padding at the start
+    policy: LookaheadPolicy
+    sampler: TokenSampler
+    emission: Emission | None
+    length: int = 0  # tokens committed so far
+    done: bool = False
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+    @property
+    def committed(self) -> torch.Tensor:
+        return self.tokens[: self.length]
+
+
+@dataclass(frozen=True)
+class _Drafts:
+    """The drafting half of a batch round, per row (None for a row that has ended)."""
+
+    plans: list[DraftPlan]
+    proposals: list[Proposal]
+    reasons: list[StopReason]
+
+
+def decode_batch(
+    target: BatchModelAdapter,
+    drafter: BatchDrafter | None,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: list[Row],
+    limits: LimitsConfig,
+) -> float:
+    """Runs batch rounds until every row has ended; the rows keep their tokens and stats.
+    Returns the wall time of the call."""
+    started = perf_counter()
+    target.begin(input_ids, attention_mask)
+    if drafter is not None:
+        drafter.begin(input_ids, attention_mask)
+    first = input_ids.shape[1]
+    for row, ids in zip(rows, input_ids, strict=True):
+        row.tokens[:first] = ids
+        row.length = first
+    eos = torch.tensor(limits.eos_token_ids, dtype=torch.long, device=input_ids.device)
+    round_start = perf_counter()
+    while not all(row.done for row in rows):
+        drafts = _draft(drafter, rows, first, limits)
+        checked = _verify(target, rows, drafts)
+        for index, row in enumerate(rows):
+            if checked[index] is None:
+                continue
+            _commit(row, checked[index], first, limits, eos, perf_counter() - round_start)
+        target.crop([row.length - 1 for row in rows])
+        if drafter is not None:
+            drafter.crop([row.length - 1 for row in rows])
+        round_start = perf_counter()
+    return perf_counter() - started
+
+
+def _draft(
+    drafter: BatchDrafter | None, rows: list[Row], first: int, limits: LimitsConfig
+) -> _Drafts:
+    """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
+    count = len(rows)
+    plans, reasons = [DraftPlan()] * count, [StopReason.NONE] * count
+    empty = [Proposal(row.tokens.new_empty(0), None, ()) for row in rows]
+    if drafter is None:
+        return _Drafts(plans, empty, reasons)
+    options: list[DraftOptions | None] = [None] * count
+    stoppers: list[Stopper | None] = [None] * count
+    sequences: list[torch.Tensor | None] = [None] * count
+    for index, row in enumerate(rows):
+        if row.done:
+            continue
+        room = limits.max_new_tokens - (row.length - first)
+        options[index] = drafter.offer(index, row.committed, row.pads)
+        wanted = row.policy.plan(options[index], room)
+        plans[index] = wanted.within(room - 1)
+        if wanted.total:
+            reasons[index] = StopReason.LENGTH if wanted.total > room - 1 else StopReason.MAX
+        if plans[index].total:
+            stoppers[index] = row.policy.stopper(plans[index])
+            sequences[index] = row.committed
+    proposed = drafter.propose(
+        sequences,
+        options,
+        plans,
+        stoppers,
+        [row.sampler for row in rows],
+        limits.eos_token_ids,
+    )
+    proposals = [made if made is not None else empty[i] for i, made in enumerate(proposed)]
+    for index, made in enumerate(proposed):
+        if made is not None and made.stop_reason != StopReason.MAX:
+            reasons[index] = made.stop_reason
+    return _Drafts(plans, proposals, reasons)
+
+
+def _verify(target: BatchModelAdapter, rows: list[Row], drafts: _Drafts) -> list[Checked | None]:
+    """One target forward over every row still going: its unseen committed tokens and its
+    drafted ones; then each row's acceptance, as alone."""
+    empty = rows[0].tokens.new_empty(0)
+    feeds, wanted = [], []
+    for row, cached, proposal in zip(rows, target.num_cached, drafts.proposals, strict=True):
+        if row.done:
+            feeds.append(empty)
+            wanted.append(0)
+            continue
+        feeds.append(torch.cat([row.tokens[cached : row.length], proposal.tokens]))
+        wanted.append(proposal.tokens.numel() + 1)
+    device = getattr(target, "device", None)
+    start = device_clock(device)
+    logits = target.forward(feeds, wanted)
+    seconds = device_clock(device) - start
+    checked: list[Checked | None] = []
+    for index, row in enumerate(rows):
+        if row.done:
+            checked.append(None)
+            continue
+        rows_logits = logits[index].to(row.tokens.device)  # (k + 1, V)
+        check_finite(bool(torch.isfinite(rows_logits).all()), target)
+        proposal = drafts.proposals[index]
+        accepted, new_tokens, scores = accept(row.sampler, rows_logits, row.committed, proposal)
+        checked.append(
+            Checked(
+                drafts.plans[index],
+                proposal,
+                drafts.reasons[index],
+                accepted,
+                feeds[index].numel(),
+                seconds,
+                new_tokens,
+                scores,
+                rows_logits,
+            )
+        )
+    return checked
+
+
+def _commit(
+    row: Row,
+    step: Checked,
+    first: int,
+    limits: LimitsConfig,
+    eos: torch.Tensor,
+    spent: float,
+) -> None:
+    """Cuts a row's new tokens (EOS, length, criteria), appends them and records the round."""
+    room = limits.max_new_tokens - (row.length - first)
+    new_tokens, done = cut(step.new_tokens, room, eos)
+    if row.emission is not None:
+        new_tokens, stopped = row.emission.emit(row.committed, new_tokens, step.scores, step.logits)
+        done = done or stopped
+    row.tokens[row.length : row.length + new_tokens.numel()] = new_tokens
+    row.length += new_tokens.numel()
+    row.done = done
+    other = spent - step.proposal.draft_time_s - step.target_time_s
+    record = step.record(new_tokens.numel(), max(other, 0.0))
+    row.policy.update(record)
+    row.stats.rounds.append(record)

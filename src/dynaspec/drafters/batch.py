@@ -1,0 +1,172 @@
+"""Draft sources for a batch of rows: prompt lookup per row, the draft model batched.
+
+Each row gets what a single sequence gets: an offer from its own committed tokens (its
+lookup match, its model catch-up), its own plan and stopper from its own policy, and a
+proposal of copied tokens first, then the draft model's. The draft model drafts for every
+row that plans model tokens in the same forwards (a row that has stopped is fed nothing
+more; its place in the block is padding), one token per row and forward, each row
+processed and stopped by its own sampler and stopper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dynaspec.core.protocols import BatchModelAdapter, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.timing import device_clock
+from dynaspec.core.validation import check_finite
+from dynaspec.drafters.hybrid import join
+from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
+
+
+@dataclass
+class _Drafting:
+    """One row's draft-model tokens while the model drafts, within one `propose` call."""
+
+    sequence: torch.Tensor  # (n + m,) the row's committed tokens, then its copied ones
+    first_index: int  # copied tokens before the model's (offsets the DraftStep index)
+    limit: int  # the most model tokens the plan allows
+    stopper: Stopper
+    sampler: TokenSampler
+    catchup: int  # tokens fed in the row's first forward
+    tokens: list[torch.Tensor] = field(default_factory=list)  # 0-dim token ids
+    probs: list[torch.Tensor] = field(default_factory=list)  # (V,) rows, sampling only
+    confidences: list[float] = field(default_factory=list)
+    reason: StopReason | None = None  # set when the row stops drafting
+    seconds: float = 0.0  # time of the forwards the row took part in
+
+    def proposal(self) -> Proposal:
+        """The row's model tokens as a Proposal on the committed tokens' device."""
+        device = self.sequence.device
+        kept = len(self.confidences)
+        return Proposal(
+            tokens=torch.stack(self.tokens[:kept]).to(device),  # (k,)
+            probs=torch.stack(self.probs[:kept]).to(device) if self.probs else None,
+            confidences=tuple(self.confidences),
+            stop_reason=self.reason or StopReason.MAX,
+            draft_time_s=self.seconds,
+            draft_forwards=len(self.tokens),
+            catchup=self.catchup,
+        )
+
+
+class BatchDrafter:
+    """Prompt lookup (a `lookup` config), the batched draft model, or both."""
+
+    def __init__(
+        self,
+        model: BatchModelAdapter | None,
+        lookup: LookupConfig | None,
+        vocab_size: int,
+        eos_token_ids: tuple[int, ...],
+    ) -> None:
+        self.model = model
+        self.lookup = PromptLookupDrafter(lookup, vocab_size, eos_token_ids) if lookup else None
+        self.vocab_size = vocab_size
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        if self.model is not None:
+            self.model.begin(input_ids, attention_mask)
+        if self.lookup is not None:
+            self.lookup.begin(input_ids)
+
+    def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions:
+        """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
+        are left padding (never searched by prompt lookup)."""
+        catchup = None if self.model is None else tokens.numel() - self.model.num_cached[row]
+        if self.lookup is None:
+            return DraftOptions(catchup)
+        found = self.lookup.offer(tokens[pads:])
+        return DraftOptions(catchup, found.copy, found.agreement, found.search_s)
+
+    def propose(
+        self,
+        tokens: Sequence[torch.Tensor | None],
+        options: Sequence[DraftOptions | None],
+        plans: Sequence[DraftPlan],
+        stoppers: Sequence[Stopper | None],
+        samplers: Sequence[TokenSampler],
+        eos_token_ids: tuple[int, ...],
+    ) -> list[Proposal | None]:
+        """Per row (None: the row drafts nothing this round), the tokens its plan asks for."""
+        copied: list[Proposal | None] = []
+        drafting: dict[int, _Drafting] = {}
+        for row, plan in enumerate(plans):
+            offer, sequence = options[row], tokens[row]
+            if offer is None or sequence is None or not plan.total:
+                copied.append(None)
+                continue
+            copy = copy_proposal(offer, plan.copy, samplers[row], self.vocab_size)
+            copied.append(copy)
+            if plan.model > 0 and self.model is not None:
+                ahead = torch.cat([sequence, copy.tokens])
+                catchup = ahead.numel() - self.model.num_cached[row]
+                stopper = stoppers[row]
+                assert stopper is not None
+                drafting[row] = _Drafting(
+                    ahead, copy.num_copied, plan.model, stopper, samplers[row], catchup
+                )
+        self._draft(drafting, eos_token_ids)
+        return [
+            copy if copy is None or row not in drafting else join(copy, drafting[row].proposal())
+            for row, copy in enumerate(copied)
+        ]
+
+    def _draft(self, drafting: dict[int, _Drafting], eos_token_ids: tuple[int, ...]) -> None:
+        """Batched draft-model forwards until every row in `drafting` has stopped."""
+        if not drafting or self.model is None:
+            return
+        model = self.model
+        rows = len(model.num_cached)
+        empty = torch.empty(0, dtype=torch.long)
+        pending = {row: d.sequence[model.num_cached[row] :] for row, d in drafting.items()}
+        device = getattr(model, "device", None)
+        while pending:
+            started = device_clock(device)
+            feeds = [pending.get(row, empty) for row in range(rows)]
+            logits = model.forward(feeds, [int(row in pending) for row in range(rows)])
+            seconds = device_clock(device) - started
+            for row in list(pending):
+                state = drafting[row]
+                state.seconds += seconds
+                token = self._next(state, logits[row][0], eos_token_ids)
+                if state.reason is None:
+                    pending[row] = token.view(1)
+                else:
+                    del pending[row]
+
+    def _next(
+        self, state: _Drafting, logits: torch.Tensor, eos_token_ids: tuple[int, ...]
+    ) -> torch.Tensor:
+        """One drafted token of a row; sets `state.reason` when the row stops after it."""
+        sampler, sequence = state.sampler, state.sequence
+        logits = logits.to(sequence.device)
+        scores = sampler.process(logits[None], sequence, state.tokens)[0]  # (V,)
+        probs = sampler.normalize(scores[None])[0]  # (V,)
+        check_finite(bool(torch.isfinite(logits).all()), self.model)
+        token = sampler.pick(scores, probs)
+        state.tokens.append(token)
+        if sampler.config.do_sample:
+            state.probs.append(probs)
+        index = len(state.tokens) - 1
+        step = DraftStep(
+            state.first_index + index, sequence.numel() + index, int(token), float(probs[token])
+        )
+        state.confidences.append(step.confidence)
+        if step.token in eos_token_ids:
+            state.reason = StopReason.EOS
+        elif state.stopper.should_stop(step):
+            state.reason = state.stopper.reason
+        elif len(state.tokens) >= state.limit:
+            state.reason = StopReason.MAX
+        return token
+
+    def crop(self, num_committed: Sequence[int]) -> None:
+        if self.model is not None:
+            cached = self.model.num_cached
+            self.model.crop([min(n, c) for n, c in zip(num_committed, cached, strict=True)])

@@ -1,0 +1,161 @@
+"""Batches: input_ids (B, T), left-padded. Every row's greedy output equals transformers'
+batched generate with the same padding (and the row generated alone), for every schedule
+and draft source, with rows of very different lengths and rows that end early; sampled rows
+draw from streams of their own; bad batches end in typed errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import noisy_copy, tiny_model
+from transformers import StoppingCriteria
+
+import dynaspec
+from dynaspec.errors import InputError, UnsupportedOptionError
+
+NEW = 24
+SCHEDULES = ("adaptive", "dynamic", "constant", "heuristic")
+SOURCES = ("model", "lookup", "hybrid")
+
+
+def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (B, T) ids (pad 0) and their mask."""
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(row)) + row for row in rows])
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+    return ids, mask
+
+
+# Rows of very different lengths; the second repeats itself so that prompt lookup copies.
+PROMPTS = [[5, 6, 7], [9, 3, 4, 8, 9, 3, 4, 8, 9, 3, 4, 8, 9, 3], [11], [2, 30, 31, 32, 40, 2, 30]]
+
+
+@pytest.fixture(scope="module", params=("llama", "qwen2", "gpt2", "gpt_neox"))
+def pair(request: pytest.FixtureRequest) -> tuple[object, object]:
+    target = tiny_model(request.param)
+    return target, noisy_copy(target, scale=0.05)
+
+
+def run(target, draft, source: str, schedule: str, **kwargs) -> torch.Tensor:
+    ids, mask = padded(PROMPTS)
+    settings = dict(max_new_tokens=NEW, pad_token_id=0, num_assistant_tokens_schedule=schedule)
+    if source != "model":
+        settings["prompt_lookup_num_tokens"] = 6
+    model = None if source == "lookup" else draft
+    settings.update(kwargs)
+    return dynaspec.generate(target, model, ids, attention_mask=mask, **settings)
+
+
+def reference(target, **kwargs) -> torch.Tensor:
+    ids, mask = padded(PROMPTS)
+    settings = dict(do_sample=False, max_new_tokens=NEW, pad_token_id=0, **kwargs)
+    return target.generate(ids, attention_mask=mask, **settings)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_row_is_transformers_batched_greedy_output(pair, schedule: str, source: str) -> None:
+    target, draft = pair
+    out = run(target, draft, source, schedule, num_assistant_tokens=4)
+    assert torch.equal(out.sequences, reference(target))
+    assert len(out.row_stats) == len(PROMPTS)
+    assert out.stats.summary().target_forwards == max(len(s.rounds) for s in out.row_stats)
+    if source != "model":  # the repeating row copies
+        assert sum(r.num_copied for r in out.row_stats[1].rounds) > 0
+
+
+def test_rows_that_end_early_are_padded_after_their_end(pair) -> None:
+    target, draft = pair
+    new = reference(target)[:, -NEW:].tolist()
+    # A token row 0 emits that some other row never does: rows end at different rounds.
+    eos = next(t for t in new[0] if any(t not in row for row in new[1:]))
+    expected = reference(target, eos_token_id=eos)
+    for source in SOURCES:
+        out = run(target, draft, source, "adaptive", eos_token_id=eos)
+        assert torch.equal(out.sequences, expected), source
+    ended = (expected[:, -NEW:] == eos).any(dim=1)
+    assert bool(ended[0]) and not bool(ended.all())  # some rows end, some go on
+
+
+def test_each_row_equals_the_row_alone(pair) -> None:
+    target, draft = pair
+    out = run(target, draft, "hybrid", "dynamic")
+    width = out.sequences.shape[1] - NEW
+    for index, prompt in enumerate(PROMPTS):
+        alone = dynaspec.generate(
+            target, draft, torch.tensor([prompt]), max_new_tokens=NEW, prompt_lookup_num_tokens=6
+        )
+        assert out.sequences[index, width:].tolist() == alone.sequences[0, len(prompt) :].tolist()
+
+
+class StopAfter(StoppingCriteria):
+    """Stops a sequence once it holds `token` among its new tokens."""
+
+    def __init__(self, token: int, prompt_length: int) -> None:
+        self.token, self.prompt_length = token, prompt_length
+
+    def __call__(self, input_ids: torch.Tensor, scores: object, **kwargs: object) -> torch.Tensor:
+        return (input_ids[:, self.prompt_length :] == self.token).any(dim=1)
+
+
+def test_a_row_that_meets_a_stopping_criterion_stops_alone(pair) -> None:
+    target, draft = pair
+    full = reference(target)
+    width = full.shape[1] - NEW
+    token = int(full[1, width + 3])  # row 1's fourth new token
+    criterion = StopAfter(token, width)
+    out = run(target, draft, "model", "adaptive", stopping_criteria=[criterion])
+    row = out.sequences[1, width:].tolist()
+    assert row[: row.index(token) + 1] == full[1, width : width + row.index(token) + 1].tolist()
+    assert all(t == 0 for t in row[row.index(token) + 1 :])  # padded after its end
+    for index in range(len(PROMPTS)):  # the others run on until they meet it, or to the end
+        new = full[index, width:].tolist()
+        end = new.index(token) + 1 if token in new else NEW
+        assert out.sequences[index, width : width + end].tolist() == new[:end]
+
+
+def test_sampled_rows_draw_from_streams_of_their_own() -> None:
+    target = tiny_model("llama")
+    ids, mask = padded([[5, 6, 7]] * 4)
+    settings = dict(do_sample=True, seed=3, max_new_tokens=16, pad_token_id=0)
+    out = dynaspec.generate(
+        target, noisy_copy(target, scale=0.05), ids, attention_mask=mask, **settings
+    )
+    rows = {tuple(row) for row in out.sequences.tolist()}
+    assert len(rows) > 1  # the same prompt, different draws
+    alone = dynaspec.generate(target, noisy_copy(target, scale=0.05), ids[:1], **settings)
+    assert torch.equal(out.sequences[0], alone.sequences[0])  # row 0 draws from `seed`
+
+
+@pytest.mark.parametrize(
+    "ids,mask,error,words",
+    [
+        ([[5, 6, 0], [5, 6, 7]], [[1, 1, 0], [1, 1, 1]], UnsupportedOptionError, "padding_side"),
+        ([[5, 6, 7], [5, 6, 7]], [[1, 1, 1]], InputError, "shape"),
+        ([[0, 0, 0], [5, 6, 7]], [[0, 0, 0], [1, 1, 1]], InputError, "all padding"),
+        ([[5, 6, 7], [5, 6, 7]], [[1, 2, 1], [1, 1, 1]], InputError, "hold 0"),
+        ([[0, 6, 7], [5, 6, 7]], None, InputError, "attention_mask"),
+    ],
+)
+def test_bad_batches_are_refused_with_the_fix(ids, mask, error, words: str) -> None:
+    target = tiny_model("llama")
+    mask_tensor = None if mask is None else torch.tensor(mask)
+    with pytest.raises(error, match=words):
+        dynaspec.generate(
+            target, None, torch.tensor(ids), attention_mask=mask_tensor, pad_token_id=0
+        )
+
+
+@pytest.mark.parametrize(
+    "keywords,words",
+    [
+        ({"streamer": object()}, "streamer"),
+        ({"policy": dynaspec.ConstantPolicy(3)}, "num_assistant_tokens_schedule"),
+        ({"output_scores": True, "return_dict_in_generate": True}, "output_scores"),
+    ],
+)
+def test_what_batches_do_not_do_yet_is_refused(keywords: dict, words: str) -> None:
+    target = tiny_model("llama")
+    ids, mask = padded([[5, 6], [7]])
+    with pytest.raises(UnsupportedOptionError, match=words):
+        dynaspec.generate(target, None, ids, attention_mask=mask, **keywords)
