@@ -36,7 +36,8 @@ from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.verify import speculative_sample
 from dynaspec.drafters import make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, point_masses
-from dynaspec.policies import AdaptivePolicy, ConstantPolicy, DynamicPolicy
+from dynaspec.policies import AdaptivePolicy, ConstantPolicy, DynamicPolicy, Round
+from dynaspec.policies.costs import CostModel
 
 # "1 0" repeats: the first round copies 2 3 1 0 ... The scripted target's next token depends
 # on the last one only, so after this prompt (ending in 0, like test_sampling's) the target's
@@ -77,9 +78,11 @@ def test_point_mass_the_target_never_produces_is_rejected() -> None:
     assert num_accepted == 0
 
 
-class FixedCostAdaptive(AdaptivePolicy):
-    """The adaptive policy with fixed costs (no clock), so its choices are deterministic:
-    they depend on what it learns about acceptance only."""
+class FixedCosts(CostModel):
+    """Costs that never change (no clock)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.05, 0.1, 32, 4)
 
     def draft_cost(self) -> float:
         return 0.05
@@ -90,10 +93,22 @@ class FixedCostAdaptive(AdaptivePolicy):
     def catchup_cost(self, catchup: int) -> float:
         return 0.02 * (catchup - 1)
 
-    def _learn_costs(self, result) -> None:  # noqa: ANN001
+    def step_time(self) -> float:
+        return 1.0
+
+    def learn(self, round: Round) -> None:
         pass
 
-    def _learn_rate(self, result) -> None:  # noqa: ANN001
+
+class FixedCostAdaptive(AdaptivePolicy):
+    """The adaptive policy with fixed costs and rate (no clock), so its choices are
+    deterministic: they depend on what it learns about acceptance only."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.costs = FixedCosts()
+
+    def _learn_rate(self, round: Round) -> None:
         pass
 
 
