@@ -5,12 +5,17 @@ draw from streams of their own; bad batches end in typed errors."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
+from scipy.stats import chisquare
+from test_sampling import ALPHA, accept_always
 from tiny_models import noisy_copy, tiny_model
 from transformers import StoppingCriteria
 
 import dynaspec
+from dynaspec.core import loop as decoding
 from dynaspec.errors import InputError, UnsupportedOptionError
 
 NEW = 24
@@ -159,3 +164,76 @@ def test_what_batches_do_not_do_yet_is_refused(keywords: dict, words: str) -> No
     ids, mask = padded([[5, 6], [7]])
     with pytest.raises(UnsupportedOptionError, match=words):
         dynaspec.generate(target, None, ids, attention_mask=mask, **keywords)
+
+
+def row_distribution(target, prompt: list[int], length: int) -> dict[tuple[int, ...], float]:
+    """The target's exact distribution of `length` new tokens after `prompt` (alone)."""
+    out: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(length):
+        grown = {}
+        for prefix, prob in out.items():
+            with torch.no_grad():
+                logits = target(torch.tensor([prompt + list(prefix)])).logits[0, -1]
+            for token, p in enumerate(torch.softmax(logits.double(), -1).tolist()):
+                grown[(*prefix, token)] = prob * p
+        out = grown
+    return out
+
+
+def pooled_pvalue(counts: Counter, distribution: dict[tuple[int, ...], float]) -> float:
+    """Chi-square p-value with the sequences expected fewer than 5 times pooled into one
+    cell (a real model leaves many nearly impossible sequences, which the plain test's
+    approximation cannot take)."""
+    total = sum(counts.values())
+    common = [seq for seq, prob in distribution.items() if prob * total >= 5]
+    observed = [counts[seq] for seq in common]
+    expected = [distribution[seq] * total for seq in common]
+    observed.append(total - sum(observed))
+    expected.append(total - sum(expected))
+    return float(chisquare(observed, expected).pvalue)
+
+
+def sampled_rows(target, draft, calls: int) -> list[Counter]:
+    """Counts of each row's two new tokens over `calls` seeded batch calls."""
+    ids, mask = padded(SAMPLING_PROMPTS)
+    counts = [Counter() for _ in SAMPLING_PROMPTS]
+    for seed in range(calls):
+        out = dynaspec.generate(
+            target,
+            draft,
+            ids,
+            attention_mask=mask,
+            do_sample=True,
+            seed=seed,
+            max_new_tokens=2,
+            num_assistant_tokens=2,
+            num_assistant_tokens_schedule="constant",
+        )
+        for row, sequence in zip(counts, out.sequences[:, -2:].tolist(), strict=True):
+            row[tuple(sequence)] += 1
+    return counts
+
+
+SAMPLING_PROMPTS = [[1, 2, 3], [4], [5, 1]]
+
+
+def sampling_pair() -> tuple[object, object]:
+    target = tiny_model("llama", vocab_size=6, initializer_range=0.5)
+    return target, noisy_copy(target, scale=0.5)
+
+
+def test_sampled_rows_follow_their_target_distribution() -> None:
+    target, draft = sampling_pair()
+    for counts, prompt in zip(sampled_rows(target, draft, 500), SAMPLING_PROMPTS, strict=True):
+        pvalue = pooled_pvalue(counts, row_distribution(target, prompt, 2))
+        assert pvalue > ALPHA, f"row {prompt}: p = {pvalue:.2e}"
+
+
+def test_the_row_check_fails_for_a_broken_verifier(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decoding, "speculative_sample", accept_always)
+    target, draft = sampling_pair()
+    pvalues = [
+        pooled_pvalue(counts, row_distribution(target, prompt, 2))
+        for counts, prompt in zip(sampled_rows(target, draft, 300), SAMPLING_PROMPTS, strict=True)
+    ]
+    assert min(pvalues) < ALPHA
