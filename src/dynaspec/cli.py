@@ -11,6 +11,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
@@ -101,6 +102,18 @@ def _add_generate(subparsers: Any) -> None:
         help="also decode with the target alone and print the speedup and whether the "
         "outputs are identical",
     )
+    p.add_argument(
+        "--prompts-file",
+        metavar="FILE",
+        help='decode every prompt of FILE (a line each: text, or JSON with a "prompt") in '
+        "batches; writes one JSON line per prompt (text, tokens, stats) to stdout",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int_at_least(1),
+        default=1,
+        help="with --prompts-file: prompts decoded together (left-padded)",
+    )
     p.set_defaults(func=run_generate, check=lambda args: _check_generate_arguments(p, args))
 
 
@@ -173,9 +186,10 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
     if args.prompt is not None and args.text is not None:
         parser.error("give the prompt once: as the last argument or with --prompt")
     text = args.prompt if args.prompt is not None else args.text
-    if text is None:
+    _check_prompts_file(parser, args, text)
+    if text is None and args.prompts_file is None:
         parser.error('give a prompt: dynaspec generate "Write a function ..."')
-    if not text.strip():
+    if text is not None and not text.strip():
         parser.error("the prompt is empty: give some text")
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
@@ -189,6 +203,22 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         )
     except DynaspecError as error:
         parser.error(error.for_cli())
+
+
+def _check_prompts_file(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, text: str | None
+) -> None:
+    """--prompts-file and --batch-size: with each other, without a prompt or --compare."""
+    if args.prompts_file is None:
+        if args.batch_size != 1:
+            parser.error("--batch-size acts with --prompts-file: add --prompts-file FILE")
+        return
+    if text is not None:
+        parser.error("give a prompt or --prompts-file, not both")
+    if args.compare:
+        parser.error("--compare times one prompt: drop it with --prompts-file")
+    if not Path(args.prompts_file).is_file():
+        parser.error(f"--prompts-file {args.prompts_file}: no such file")
 
 
 def describe_run(args: argparse.Namespace) -> str:
@@ -217,7 +247,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
-    print(describe_run(args), flush=True)
+    print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
     target, draft, tokenizer = load_models(
         args.pair,
         target=args.target,
@@ -230,8 +260,6 @@ def run_generate(args: argparse.Namespace) -> int:
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
-    input_ids = render_prompt(tokenizer, text, chat=chat)
-    _warm_up([target, draft], input_ids.shape[1] + (args.max_new_tokens or 128))
     options = dict(
         num_assistant_tokens=args.num_assistant_tokens,
         assistant_confidence_threshold=args.threshold,
@@ -242,6 +270,10 @@ def run_generate(args: argparse.Namespace) -> int:
         max_matching_ngram_size=args.max_matching_ngram_size,
         **generation_keywords(args),
     )
+    if args.prompts_file is not None:
+        return _run_prompts_file(args, target, draft, tokenizer, options, chat)
+    input_ids = render_prompt(tokenizer, text, chat=chat)
+    _warm_up([target, draft], input_ids.shape[1] + (args.max_new_tokens or 128))
     speculative = draft is not None or args.prompt_lookup is not None
     if args.compare and speculative:  # untimed warm-up of both paths
         warm_up_both(target, draft, input_ids, options)
@@ -253,6 +285,16 @@ def run_generate(args: argparse.Namespace) -> int:
     print(f"[{label}] {out.stats.summary().line()}")
     if args.compare and speculative:
         print(compare_with_target_alone(target, input_ids, out, options))
+    return 0
+
+
+def _run_prompts_file(
+    args: argparse.Namespace, target: Any, draft: Any, tokenizer: Any, options: dict, chat: bool
+) -> int:
+    from dynaspec.eval.prompts_file import read_prompts, run_prompts_file
+
+    prompts = read_prompts(args.prompts_file)
+    run_prompts_file(target, draft, tokenizer, prompts, args.batch_size, options, chat)
     return 0
 
 
