@@ -83,6 +83,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
     )
     _add_fast_compile(run)
+    run.add_argument(
+        "--batch",
+        metavar="SIZES",
+        default=None,
+        help="throughput by batch size instead, e.g. 1,2,4,8: every method on the same "
+        "batches (methods: hf-target, target, adaptive, hybrid, prompt-lookup; default all)",
+    )
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(

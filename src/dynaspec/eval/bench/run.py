@@ -100,6 +100,8 @@ def run_bench(args: argparse.Namespace) -> int:
     """`dynaspec bench`: load, run, write results.jsonl, table.md, plots. Returns exit status."""
     from dynaspec.eval.bench.report import render_report
 
+    if args.batch is not None:
+        return _run_batch_bench(args)
     methods = parse_methods(args.methods)
     if args.smoke and (args.pair or args.target or args.draft or args.prompts):
         raise ConfigError(
@@ -326,6 +328,60 @@ def _warn_mismatch(prompt: BenchPrompt, method: str, divergence: Divergence) -> 
         f"{divergence.target_token}, {method} {divergence.method_token}; {detail})",
         file=sys.stderr,
     )
+
+
+def _run_batch_bench(args: argparse.Namespace) -> int:
+    """`dynaspec bench --batch SIZES` (eval/bench/batch.py)."""
+    from dynaspec.eval.bench.batch import (
+        BATCH_METHODS,
+        batch_table,
+        parse_batch_methods,
+        parse_batch_sizes,
+        run_batch_bench,
+    )
+    from dynaspec.eval.bench.methods import DEFAULT_METHODS
+
+    sizes = parse_batch_sizes(args.batch)
+    chosen = args.methods if args.methods != ",".join(DEFAULT_METHODS) else ",".join(BATCH_METHODS)
+    methods = parse_batch_methods(chosen)
+    texts = _read_prompts(args)
+    label, target_name, draft_name, target, draft, tokenizer = _load_models(args)
+    prompts = [p.input_ids for p in _render_prompts(args, texts, tokenizer)]
+    max_new = args.max_new_tokens or (
+        SMOKE_MAX_NEW_TOKENS if args.smoke else DEFAULT_MAX_NEW_TOKENS
+    )
+    date = _dt.datetime.now().strftime("%Y-%m-%d")
+    out_dir = Path(args.out) if args.out else _default_out_dir(f"{label}-batch", date)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = provenance.command_line() or equivalent_command(args)
+    run = {
+        "pair": label,
+        "target": target_name,
+        "draft": draft_name,
+        "command": command,
+        "dtype": str(next(target.parameters()).dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "max_new_tokens": max_new,
+        "machine": provenance.machine_info(),
+        "versions": provenance.library_versions(),
+        "git": provenance.git_state(),
+    }
+    setup = {
+        "max_new_tokens": max_new,
+        "eos": list(eos_token_ids(target, tokenizer)),
+        "pad": _pad_id(target, tokenizer) or 0,
+        "run": run,
+        "warmup": not args.no_warmup,
+    }
+    print(
+        f"dynaspec bench --batch: {label}, {len(prompts)} prompts, sizes {sizes}, "
+        f"methods {', '.join(methods)} -> {out_dir}",
+        file=sys.stderr,
+    )
+    records = run_batch_bench(target, draft, prompts, sizes, methods, setup, out_dir)
+    print(batch_table(records, methods, sizes))
+    differ = [r for r in records if r.same_as_hf is False]
+    return 1 if differ and run["dtype"] == "float32" else 0
 
 
 # ---- loading ----------------------------------------------------------------------------
