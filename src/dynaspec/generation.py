@@ -16,6 +16,7 @@ from dynaspec.core.processing import Emission, build_stopping, full_processor_li
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import GenerationKwargs, resolve_settings
+from dynaspec.core.sharing import holding, separate_draft
 from dynaspec.core.validation import (
     check_attention_mask,
     check_lengths,
@@ -101,7 +102,7 @@ def generate(
     sampler = TokenSampler(settings.sampling, device=on_target.device, processors=processors)
     criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
-    with torch.inference_mode():
+    with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
         drafter = make_drafter(
             draft_adapter, target_adapter.vocab_size, limits.eos_token_ids, lookup
         )
@@ -120,6 +121,7 @@ def _checked_adapters(
     check_attention_mask(attention_mask, prompt)
     target_adapter = as_adapter(target)
     draft_adapter = as_adapter(draft) if draft is not None else None
+    draft_adapter = separate_draft(target_adapter, draft_adapter)  # target is draft: a fork
     check_pair(target_adapter, draft_adapter)
     check_token_ids(prompt, target_adapter.vocab_size)
     return target_adapter, draft_adapter

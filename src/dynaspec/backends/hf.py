@@ -89,6 +89,11 @@ class HFAdapter:
         self.num_cached = 0
         self._encoder_kwargs: dict[str, Any] = {}
 
+    def fork(self) -> HFAdapter:
+        """A second adapter over the same model with its own cache (the model as its own
+        draft: `generate(adapter, adapter, ...)`)."""
+        return HFAdapter(self.model)
+
     def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
         # The dynamic cache grows as needed: the length hint is not used.
         self.cache = None
