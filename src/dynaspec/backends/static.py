@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from dynaspec.backends.decoder import StaticDecoder, run_block
+from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
 from dynaspec.backends.quant import QUANTIZE_MODES
 from dynaspec.core.sharing import holding
 from dynaspec.errors import ConfigError
@@ -256,7 +256,21 @@ def make_fast(
     """
     if not (static or compile or quantize):
         return model
+    check_supported(model, _option_names(static, compile, quantize, draft))
     config = FastConfig(
         compile=compile, quantize=quantize, prepack=not compile, dense_batches=not draft
     )
     return StaticAdapter(model, config)
+
+
+def _option_names(
+    static: bool, compile: bool, quantize: str | None, draft: bool
+) -> tuple[str, str]:
+    """The fast-path options passed, in Python's words and in the CLI's."""
+    quantize_name = "draft_quantize" if draft else "quantize"
+    python = [f"{name}=True" for name, on in (("static", static), ("compile", compile)) if on]
+    cli = [f"--{name}" for name, on in (("static", static), ("compile", compile)) if on]
+    if quantize:
+        python.append(f"{quantize_name}={quantize!r}")
+        cli.append(f"--{quantize_name.replace('_', '-')} {quantize}")
+    return " and ".join(python), " and ".join(cli)
