@@ -16,9 +16,10 @@ from dynaspec.core.processing import Emission, build_stopping, full_processor_li
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import GenerationKwargs, resolve_settings
-from dynaspec.core.sharing import holding, separate_draft
+from dynaspec.core.sharing import holding, outside_inference_mode, separate_draft
 from dynaspec.core.validation import (
     check_attention_mask,
+    check_call_arguments,
     check_lengths,
     check_pair,
     check_prompt,
@@ -78,6 +79,7 @@ def generate(
     the fixed schedules copy the whole match as transformers does (10 is transformers' usual).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
+    check_call_arguments(seed, streamer, policy)
     spec = SpecConfig(
         num_assistant_tokens=num_assistant_tokens,
         assistant_confidence_threshold=assistant_confidence_threshold,
@@ -109,6 +111,7 @@ def generate(
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
         )
+    output = outside_inference_mode(output)
     output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return output

@@ -1,4 +1,5 @@
-"""Adapters shared between threads: one `generate` call at a time per adapter.
+"""Adapters shared between threads: one `generate` call at a time per adapter; and what a
+call hands back is the caller's own (tensors outside inference mode).
 
 A model adapter holds the cache of the sequence it is decoding (a position counter, a
 preallocated static cache, a transformers cache), so two calls that decode with the same
@@ -23,7 +24,10 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
+
+import torch
 
 from dynaspec.core.protocols import ModelAdapter
 from dynaspec.errors import ConfigError, IncompatibleModelsError
@@ -106,3 +110,19 @@ def separate_draft(target: ModelAdapter, draft: ModelAdapter | None) -> ModelAda
             "draft, or draft=None to decode with the target alone"
         )
     return fork()
+
+
+def outside_inference_mode(output: Any) -> Any:
+    """`output` with its tensors cloned outside inference mode, so that the caller can edit
+    them in place or use them in a forward that is backpropagated, as with transformers'
+    `generate` output (which runs under no_grad, not inference_mode)."""
+
+    def normal(rows: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor, ...] | None:
+        return None if rows is None else tuple(row.clone() for row in rows)
+
+    return replace(
+        output,
+        sequences=output.sequences.clone(),
+        scores=normal(output.scores),
+        logits=normal(output.logits),
+    )
