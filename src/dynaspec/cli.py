@@ -22,10 +22,13 @@ from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
     add_fast_arguments,
     add_model_arguments,
+    check_lookup_arguments,
     check_model_arguments,
+    check_text_arguments,
     fast_options,
     float_in,
     int_at_least,
+    warn_idle_flags,
 )
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
@@ -74,7 +77,7 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     p.add_argument(
         "--prompt-lookup",
-        type=int,
+        type=int_at_least(1, "drop --prompt-lookup to draft without it"),
         default=None,
         metavar="N",
         help="also draft by prompt lookup, copying up to N tokens per round "
@@ -83,7 +86,7 @@ def _add_generate(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-matching-ngram-size",
-        type=int,
+        type=int_at_least(1),
         default=None,
         metavar="N",
         help="prompt lookup matches n-grams of up to N tokens (default 2)",
@@ -177,6 +180,8 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         parser.error('give a prompt: dynaspec generate "Write a function ..."')
     if not text.strip():
         parser.error("the prompt is empty: give some text")
+    check_text_arguments(parser, text, args.stop)
+    check_lookup_arguments(parser, args)
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
     if args.stop is not None and not all(args.stop):
@@ -189,6 +194,7 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         )
     except DynaspecError as error:
         parser.error(error.for_cli())
+    warn_idle_flags(args, sys.stderr)
 
 
 def describe_run(args: argparse.Namespace) -> str:

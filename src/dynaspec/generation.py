@@ -111,10 +111,9 @@ def generate(
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
         )
-    output = outside_inference_mode(output)
     output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
-    return output
+    return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
 def _checked_adapters(
