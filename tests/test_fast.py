@@ -218,8 +218,18 @@ def test_nothing_is_written_onto_the_model() -> None:
 
 
 def test_unsupported_architecture_and_options() -> None:
-    with pytest.raises(UnsupportedModelError, match="drop --compile/--quantize"):
-        make_fast(tiny_model("gpt2", vocab_size=VOCAB), quantize="int8")
+    gpt2 = tiny_model("gpt2", vocab_size=VOCAB)
+    with pytest.raises(UnsupportedModelError, match="without quantize='int8'") as info:
+        make_fast(gpt2, quantize="int8")
+    assert "drop --quantize int8" in info.value.for_cli()
+    for options, python, cli in [
+        ({"static": True}, "without static=True", "drop --static"),
+        ({"compile": True}, "without compile=True", "drop --compile"),
+        ({"static": True, "quantize": "int4", "draft": True}, "draft_quantize='int4'", "--draft"),
+    ]:
+        with pytest.raises(UnsupportedModelError, match=python) as info:
+            make_fast(gpt2, **options)
+        assert cli in info.value.for_cli() and "'gpt2'" in str(info.value)
     with pytest.raises(ConfigError, match="unknown quantize"):
         make_fast(tiny_model("llama", vocab_size=VOCAB), quantize="int3")
     with pytest.raises(ConfigError, match="compile_scope"):

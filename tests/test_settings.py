@@ -190,7 +190,7 @@ def test_the_attention_mask_must_not_pad(target: Any) -> None:
         ({"repetition_penalty": -1.0}, "repetition_penalty=-1.0 is invalid"),
         ({"min_p": 2.0}, "min_p must lie in"),
         ({"do_sample": True, "typical_p": 0.0}, "typical_p=0.0 is invalid"),
-        ({"max_time": 0}, "max_time must be > 0"),
+        ({"max_time": -1.0}, "max_time must be >= 0"),
         ({"stop_strings": ["\n"]}, "tokenizer="),
     ],
 )

@@ -6,25 +6,26 @@ typed errors. The layers underneath are described in docs/architecture.md.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
-from dynaspec.core.round import Round, StopReason
-from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
 from dynaspec.errors import DynaspecError
-from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
-from dynaspec.policies import (
-    AdaptivePolicy,
-    ConstantPolicy,
-    DynamicPolicy,
-    HeuristicPolicy,
-    LookaheadPolicy,
-    OraclePolicy,
-    make_policy,
-)
 
 if TYPE_CHECKING:
+    from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+    from dynaspec.core.round import Round, StopReason
+    from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
+    from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
     from dynaspec.models.loading import ModelPair, load_model, load_pair
+    from dynaspec.policies import (
+        AdaptivePolicy,
+        ConstantPolicy,
+        DynamicPolicy,
+        HeuristicPolicy,
+        LookaheadPolicy,
+        OraclePolicy,
+        make_policy,
+    )
 
 __version__ = "0.1.0"
 
@@ -53,13 +54,36 @@ __all__ = [
     "make_policy",
 ]
 
-_LAZY = {"load_model", "load_pair", "ModelPair"}
+# Each public name and the module that defines it, imported on first use: `import dynaspec`
+# (and the `dynaspec` command, which Ctrl-C may interrupt while it starts) loads neither torch
+# nor transformers until a name that needs them is asked for.
+_LAZY = {
+    **dict.fromkeys(("LimitsConfig", "SamplingConfig", "SpecConfig"), "dynaspec.core.config"),
+    **dict.fromkeys(("Round", "StopReason"), "dynaspec.core.round"),
+    **dict.fromkeys(("GenerationStats", "RoundRecord", "Summary"), "dynaspec.core.stats"),
+    **dict.fromkeys(("GenerateOutput", "GenerationKwargs", "generate"), "dynaspec.generation"),
+    **dict.fromkeys(("ModelPair", "load_model", "load_pair"), "dynaspec.models.loading"),
+    **dict.fromkeys(
+        (
+            "AdaptivePolicy",
+            "ConstantPolicy",
+            "DynamicPolicy",
+            "HeuristicPolicy",
+            "LookaheadPolicy",
+            "OraclePolicy",
+            "make_policy",
+        ),
+        "dynaspec.policies",
+    ),
+}
+_SUBPACKAGES = {"backends", "cli", "core", "drafters", "eval", "generation", "models", "policies"}
 
 
 def __getattr__(name: str) -> Any:
-    # Loading pulls in the GGUF reader and the model cache; import it only when asked for.
     if name in _LAZY:
-        from dynaspec.models import loading
-
-        return getattr(loading, name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:  # `import dynaspec; dynaspec.core...` as before
+        return importlib.import_module(f"dynaspec.{name}")
     raise AttributeError(f"module 'dynaspec' has no attribute {name!r}")

@@ -23,10 +23,13 @@ from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
     add_fast_arguments,
     add_model_arguments,
+    check_lookup_arguments,
     check_model_arguments,
+    check_text_arguments,
     fast_options,
     float_in,
     int_at_least,
+    warn_idle_flags,
 )
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
@@ -75,7 +78,7 @@ def _add_generate(subparsers: Any) -> None:
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
     p.add_argument(
         "--prompt-lookup",
-        type=int,
+        type=int_at_least(1, "drop --prompt-lookup to draft without it"),
         default=None,
         metavar="N",
         help="also draft by prompt lookup, copying up to N tokens per round "
@@ -84,7 +87,7 @@ def _add_generate(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-matching-ngram-size",
-        type=int,
+        type=int_at_least(1),
         default=None,
         metavar="N",
         help="prompt lookup matches n-grams of up to N tokens (default 2)",
@@ -191,6 +194,8 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         parser.error('give a prompt: dynaspec generate "Write a function ..."')
     if text is not None and not text.strip():
         parser.error("the prompt is empty: give some text")
+    check_text_arguments(parser, text, args.stop)
+    check_lookup_arguments(parser, args)
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
     if args.stop is not None and not all(args.stop):
@@ -203,6 +208,7 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         )
     except DynaspecError as error:
         parser.error(error.for_cli())
+    warn_idle_flags(args, sys.stderr)
 
 
 def _check_prompts_file(

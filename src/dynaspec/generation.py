@@ -17,8 +17,10 @@ from dynaspec.core.processing import Emission, build_stopping, full_processor_li
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import GenerationKwargs, resolve_settings
+from dynaspec.core.sharing import holding, outside_inference_mode, separate_draft
 from dynaspec.core.validation import (
     check_attention_mask,
+    check_call_arguments,
     check_lengths,
     check_pair,
     check_prompt,
@@ -76,6 +78,7 @@ def generate(
     `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
+    check_call_arguments(seed, streamer, policy)
     spec = SpecConfig(
         num_assistant_tokens=num_assistant_tokens,
         assistant_confidence_threshold=assistant_confidence_threshold,
@@ -103,7 +106,7 @@ def generate(
     sampler = TokenSampler(settings.sampling, device=on_target.device, processors=processors)
     criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
-    with torch.inference_mode():
+    with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
         drafter = make_drafter(
             draft_adapter, target_adapter.vocab_size, limits.eos_token_ids, lookup
         )
@@ -112,7 +115,7 @@ def generate(
         )
     output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
-    return output
+    return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
 def _checked_adapters(
@@ -122,6 +125,7 @@ def _checked_adapters(
     check_attention_mask(attention_mask, prompt)
     target_adapter = as_adapter(target)
     draft_adapter = as_adapter(draft) if draft is not None else None
+    draft_adapter = separate_draft(target_adapter, draft_adapter)  # target is draft: a fork
     check_pair(target_adapter, draft_adapter)
     check_token_ids(prompt, target_adapter.vocab_size)
     return target_adapter, draft_adapter

@@ -31,17 +31,30 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 LinearMaker = Callable[[nn.Module], nn.Module]
 
 
-def check_supported(model: Any) -> None:
-    """Raises UnsupportedModelError unless `StaticDecoder` can run `model`."""
+def check_supported(
+    model: Any, options: tuple[str, str] = ("static=, compile= and quantize=", "")
+) -> None:
+    """Raises UnsupportedModelError unless `StaticDecoder` can run `model`; `options` names
+    what the caller passed, in Python's words and the CLI's (e.g. "static=True", "--static")."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if model_type not in SUPPORTED_MODEL_TYPES or layer_types != {"full_attention"}:
-        raise UnsupportedModelError(
-            f"compile= and quantize= support {', '.join(SUPPORTED_MODEL_TYPES)} models with "
-            f"full attention, not {model_type!r} ({type(model).__name__}): load it without "
-            "compile= and quantize= (CLI: drop --compile/--quantize)"
-        )
+    if model_type in SUPPORTED_MODEL_TYPES and layer_types == {"full_attention"}:
+        return
+    python, cli = options
+    window = getattr(config, "sliding_window", None)
+    why = f", which attends over a sliding window of {window} tokens" if window else ""
+    if model_type in SUPPORTED_MODEL_TYPES and not why:
+        why = f", whose layers are {sorted(layer_types)}"
+    template = (
+        f"{{options}} run{'' if ' and ' in python else 's'} "
+        f"{' and '.join(SUPPORTED_MODEL_TYPES)} models with full attention, not "
+        f"{model_type!r} ({type(model).__name__}{why}): {{fix}}"
+    )
+    raise UnsupportedModelError(
+        template.format(options=python, fix=f"load it without {python} (as a transformers model)"),
+        cli_message=template.format(options=cli, fix=f"drop {cli}") if cli else None,
+    )
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.windows import recording_cache
 from dynaspec.core.protocols import ModelAdapter
 from dynaspec.errors import UnsupportedModelError
 
@@ -88,14 +89,24 @@ class HFAdapter:
         self.cache: Any = None
         self.num_cached = 0
         self._encoder_kwargs: dict[str, Any] = {}
+        self._recording = False  # a sliding-window cache that keeps states until cropped
+
+    def fork(self) -> HFAdapter:
+        """A second adapter over the same model with its own cache (the model as its own
+        draft: `generate(adapter, adapter, ...)`)."""
+        return HFAdapter(self.model)
 
     def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
-        # The dynamic cache grows as needed: the length hint is not used.
+        # The dynamic cache grows as needed; a sliding-window model's is made here, to record
+        # what a rollback past its window needs (backends/windows.py).
         self.cache = None
         self.num_cached = 0
         self._encoder_kwargs = {}
+        self._recording = False
         input_ids = input_ids.to(self.device)
         if not self.is_encoder_decoder:
+            self.cache = recording_cache(self.model, max_length)
+            self._recording = self.cache is not None
             return input_ids[0]
         start = decoder_start_token_id(self.model)
         # As transformers' generate() does for one unpadded sequence: every prompt token is
@@ -133,6 +144,8 @@ class HFAdapter:
     def crop(self, num_tokens: int) -> None:
         to_remove = self.num_cached - num_tokens
         if to_remove <= 0:
+            if self._recording and self.num_cached:
+                self.cache.crop(0)  # sliding-window layers back to their window
             return
         try:
             # A negative argument means "remove that many" in every transformers 5.x release.

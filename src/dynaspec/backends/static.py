@@ -23,6 +23,7 @@ process compiles faster.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -31,8 +32,9 @@ from typing import Any
 
 import torch
 
-from dynaspec.backends.decoder import StaticDecoder, run_block
+from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
 from dynaspec.backends.quant import QUANTIZE_MODES
+from dynaspec.core.sharing import holding
 from dynaspec.errors import ConfigError
 
 COMPILE_SCOPES = ("layer", "model")
@@ -134,6 +136,16 @@ class StaticAdapter:
             f"compile={self.fast.compile}, scope={self.fast.compile_scope})"
         )
 
+    def fork(self) -> StaticAdapter:
+        """A second adapter over the same weights and compiled forwards, with its own cache
+        (the model as its own draft: `generate(fast, fast, ...)`)."""
+        twin = copy.copy(self)
+        twin.num_cached = 0
+        twin._cache, twin._capacity = [], 0
+        twin._cos = twin._sin = torch.empty(0)
+        twin._compiled_buckets = set(self._compiled_buckets)
+        return twin
+
     def weight_bytes(self) -> int:
         """Bytes of the weights this adapter runs (shared or its own; the cache excluded)."""
         seen: set[int] = set()
@@ -215,12 +227,13 @@ class StaticAdapter:
     def warmup(self, max_length: int) -> float:
         """Compile every bucket for sequences up to `max_length` now; returns compile seconds."""
         before = self.compile_time_s
-        self._reserve(max_length)
-        if self.fast.compile:
-            for bucket in self.fast.buckets:
-                self.num_cached = 0
-                self.forward(torch.zeros(bucket, dtype=torch.long), 1)
-        self.num_cached = 0
+        with holding(self):  # not while a generate call decodes with this adapter
+            self._reserve(max_length)
+            if self.fast.compile:
+                for bucket in self.fast.buckets:
+                    self.num_cached = 0
+                    self.forward(torch.zeros(bucket, dtype=torch.long), 1)
+            self.num_cached = 0
         return self.compile_time_s - before
 
 
@@ -243,7 +256,21 @@ def make_fast(
     """
     if not (static or compile or quantize):
         return model
+    check_supported(model, _option_names(static, compile, quantize, draft))
     config = FastConfig(
         compile=compile, quantize=quantize, prepack=not compile, dense_batches=not draft
     )
     return StaticAdapter(model, config)
+
+
+def _option_names(
+    static: bool, compile: bool, quantize: str | None, draft: bool
+) -> tuple[str, str]:
+    """The fast-path options passed, in Python's words and in the CLI's."""
+    quantize_name = "draft_quantize" if draft else "quantize"
+    python = [f"{name}=True" for name, on in (("static", static), ("compile", compile)) if on]
+    cli = [f"--{name}" for name, on in (("static", static), ("compile", compile)) if on]
+    if quantize:
+        python.append(f"{quantize_name}={quantize!r}")
+        cli.append(f"--{quantize_name.replace('_', '-')} {quantize}")
+    return " and ".join(python), " and ".join(cli)

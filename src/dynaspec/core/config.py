@@ -83,8 +83,8 @@ class LimitsConfig:
             raise ConfigError(f"max_new_tokens must be an int, got {self.max_new_tokens!r}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.max_time is not None and not self.max_time > 0:
-            raise ConfigError(f"max_time must be > 0 seconds, got {self.max_time}")
+        if self.max_time is not None and not self.max_time >= 0:  # 0: one token, as there
+            raise ConfigError(f"max_time must be >= 0 seconds, got {self.max_time}")
 
 
 @dataclass(frozen=True)

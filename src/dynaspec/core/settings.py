@@ -28,7 +28,7 @@ from transformers import GenerationConfig
 
 from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
 from dynaspec.core.keywords import DEFAULT_MAX_NEW_TOKENS, KEYWORDS, GenerationKwargs, of_record
-from dynaspec.core.validation import eos_ids
+from dynaspec.core.validation import eos_ids, warn_unfeasible_lengths
 from dynaspec.errors import ConfigError, UnsupportedOptionError
 
 # Read from a generation config (the checkpoint's or the call's) when set explicitly there:
@@ -91,6 +91,9 @@ def resolve_settings(
         stop_strings=_strings(values.get("stop_strings")),
     )
     processors = ProcessorConfig(**_record("processors", values))
+    warn_unfeasible_lengths(
+        processors.min_length, processors.min_new_tokens, limits.max_new_tokens, input_length
+    )
     outputs = OutputConfig(**_record("outputs", values))
     return GenerationSettings(sampling, processors, limits, outputs)
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import operator
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from dynaspec.core.protocols import ModelAdapter
+from dynaspec.core.protocols import LookaheadPolicy, ModelAdapter
 from dynaspec.errors import (
+    ConfigError,
     IncompatibleModelsError,
     InputError,
     NumericalError,
@@ -36,7 +39,35 @@ def check_prompt(input_ids: Any) -> torch.Tensor:
         raise InputError("the prompt is empty: give at least one token (e.g. the BOS token)")
     if input_ids.dtype not in (torch.long, torch.int):
         raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.device.type == "meta":
+        raise InputError(
+            "input_ids are on the meta device, which holds no values: pass the token ids "
+            "the tokenizer returned (on the CPU or the model's device)"
+        )
     return input_ids.long()
+
+
+def check_call_arguments(seed: Any, streamer: Any, policy: Any) -> None:
+    """Raises ConfigError for generate()'s own arguments of the wrong kind."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed must be an int (e.g. seed=0) or None, got {seed!r}")
+    if streamer is not None and not all(
+        callable(getattr(streamer, name, None)) for name in ("put", "end")
+    ):
+        raise ConfigError(
+            f"streamer must have put(tokens) and end() methods, as transformers' TextStreamer "
+            f"has; got a {type(streamer).__name__}"
+        )
+    if policy is not None and not isinstance(policy, LookaheadPolicy):
+        hint = (
+            f"; to choose a schedule by name pass num_assistant_tokens_schedule={policy!r}"
+            if isinstance(policy, str)
+            else ""
+        )
+        raise ConfigError(
+            f"policy must be a policy object (e.g. dynaspec.AdaptivePolicy()), got a "
+            f"{type(policy).__name__}{hint}"
+        )
 
 
 def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
@@ -118,9 +149,42 @@ def eos_ids(eos_token_id: int | list[int] | None, model: Any) -> tuple[int, ...]
         eos_token_id = getattr(generation_config, "eos_token_id", None)
     if eos_token_id is None:
         return ()
-    if isinstance(eos_token_id, int):
-        return (eos_token_id,)
-    return tuple(int(t) for t in eos_token_id)
+    ids = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
+    try:
+        if any(isinstance(t, bool) for t in ids):
+            raise TypeError("a bool is not a token id")
+        return tuple(operator.index(t) for t in ids)
+    except TypeError:
+        raise ConfigError(
+            f"eos_token_id must be a token id or a list of token ids, got {eos_token_id!r}: "
+            "pass tokenizer.eos_token_id, or tokenizer.convert_tokens_to_ids(text)"
+        ) from None
+
+
+def warn_unfeasible_lengths(
+    min_length: int | None, min_new_tokens: int | None, max_new_tokens: int, input_length: int
+) -> None:
+    """transformers' warning when the minimum length exceeds the maximum (generation then
+    stops at the maximum, as there)."""
+    maximum = input_length + max_new_tokens
+    if min_new_tokens is not None and input_length + min_new_tokens > maximum:
+        warnings.warn(
+            f"Unfeasible length constraints: `min_new_tokens` ({min_new_tokens}), when added "
+            f"to the prompt length ({input_length}), is larger than the maximum possible "
+            f"length ({maximum}). Generation will stop at the defined maximum length. You "
+            "should decrease the minimum length and/or increase the maximum length.",
+            UserWarning,
+            stacklevel=4,
+        )
+    elif min_length is not None and min_length > maximum:
+        warnings.warn(
+            f"Unfeasible length constraints: `min_length` ({min_length}) is larger than the "
+            f"maximum possible length ({maximum}). Generation will stop at the defined "
+            "maximum length. You should decrease the minimum length and/or increase the "
+            "maximum length.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def check_attention_mask(attention_mask: Any, input_ids: torch.Tensor) -> None:

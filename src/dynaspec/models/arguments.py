@@ -189,3 +189,48 @@ def add_dtype_and_threads(
         default=None,
         help=f"torch threads (default: all cores{threads})",
     )
+
+
+def check_text_arguments(
+    parser: argparse.ArgumentParser, prompt: str, stops: list[str] | None
+) -> None:
+    """The prompt and --stop strings must be text: bytes that are not UTF-8 (which Python
+    keeps as surrogates) stop the command with a usage error, before any model loads."""
+    for label, text in [("the prompt", prompt)] + [("argument --stop", s) for s in stops or []]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            byte = ord(text[error.start]) - 0xDC00  # surrogateescape: 0xDC80-0xDCFF
+            seen = f" (byte 0x{byte:02x})" if 0x80 <= byte < 0x100 else ""
+            parser.error(
+                f"{label}: holds bytes that are not UTF-8 text{seen}: pass it in UTF-8 "
+                "(e.g. convert it with iconv -t UTF-8)"
+            )
+
+
+def check_lookup_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--max-matching-ngram-size only acts with --prompt-lookup."""
+    if args.max_matching_ngram_size is not None and args.prompt_lookup is None:
+        parser.error(
+            "argument --max-matching-ngram-size: only acts with prompt lookup: add "
+            "--prompt-lookup N (e.g. 10), or drop it"
+        )
+
+
+# Sampling flags that change nothing when decoding is greedy.
+_SAMPLING_FLAGS = (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"))
+
+
+def warn_idle_flags(args: argparse.Namespace, stream: Any) -> None:
+    """One line on `stream` for each flag given that does nothing in this mode."""
+    if getattr(args, "sample", False):
+        return
+    flags = [flag for name, flag in _SAMPLING_FLAGS if getattr(args, name, None) is not None]
+    if getattr(args, "seed", None) is not None:
+        flags.append("--seed")
+    for flag in flags:
+        print(
+            f"warning: {flag} only acts when sampling: add --sample (unless the model's "
+            "generation config samples), or drop it",
+            file=stream,
+        )
