@@ -6,6 +6,7 @@ draw from streams of their own; bad batches end in typed errors."""
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from transformers import StoppingCriteria
 
 import dynaspec
 from dynaspec.core import loop as decoding
-from dynaspec.errors import InputError, UnsupportedOptionError
+from dynaspec.errors import InputError, UnsupportedModelError, UnsupportedOptionError
 
 NEW = 24
 SCHEDULES = ("adaptive", "dynamic", "constant", "heuristic")
@@ -154,7 +155,7 @@ def test_bad_batches_are_refused_with_the_fix(ids, mask, error, words: str) -> N
 @pytest.mark.parametrize(
     "keywords,words",
     [
-        ({"streamer": object()}, "streamer"),
+        ({"streamer": SimpleNamespace(put=print, end=print)}, "streamer"),
         ({"policy": dynaspec.ConstantPolicy(3)}, "num_assistant_tokens_schedule"),
         ({"output_scores": True, "return_dict_in_generate": True}, "output_scores"),
     ],
@@ -237,3 +238,20 @@ def test_the_row_check_fails_for_a_broken_verifier(monkeypatch: pytest.MonkeyPat
         for counts, prompt in zip(sampled_rows(target, draft, 300), SAMPLING_PROMPTS, strict=True)
     ]
     assert min(pvalues) < ALPHA
+
+
+def test_a_sliding_window_model_is_refused_up_front() -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=4,
+    )
+    ids, mask = padded([[5, 6, 7], [8]])
+    with pytest.raises(UnsupportedModelError, match="sliding window of 4"):
+        dynaspec.generate(MistralForCausalLM(config), None, ids, attention_mask=mask)

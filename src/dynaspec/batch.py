@@ -25,6 +25,7 @@ from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import resolve_settings
+from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.validation import check_batch, check_token_ids
 from dynaspec.drafters import lookup_config
@@ -87,7 +88,8 @@ def generate_batch(
         drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         wall = decode_batch(target_batch, drafter, ids, mask, rows, limits)
-    return _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
+    output = _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
+    return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
 def _refuse(target: Any, draft: Any, options: dict[str, Any], kwargs: dict[str, Any]) -> None:

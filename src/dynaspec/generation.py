@@ -97,13 +97,9 @@ def generate(
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
     fresh = make_policy(spec)  # checks the schedule's name even when `policy` is given
     policy = fresh if policy is None else policy
-    # Processors run where the target's logits and the committed tokens live; each model
-    # samples with a generator on its own device, the target's seeded with `seed`.
+    # Processors run where the target's logits and the committed tokens live.
     on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
-    processors = full_processor_list(
-        settings.sampling, settings.processors, logits_processor, on_target, input_length, limits
-    )
-    sampler = TokenSampler(settings.sampling, device=on_target.device, processors=processors)
+    sampler = _sampler(settings, logits_processor, on_target, input_length)
     criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
     with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
@@ -113,9 +109,18 @@ def generate(
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
         )
-    output.stats.processors = tuple(short_name(p) for p in [*processors, *criteria])
+    output.stats.processors = tuple(short_name(p) for p in [*sampler.processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
+
+
+def _sampler(settings: Any, custom: Any, prompt: torch.Tensor, input_length: int) -> TokenSampler:
+    """The processors in transformers' order, and a sampler over them; each model samples
+    with a generator on its own device, the target's seeded with `seed`."""
+    processors = full_processor_list(
+        settings.sampling, settings.processors, custom, prompt, input_length, settings.limits
+    )
+    return TokenSampler(settings.sampling, device=prompt.device, processors=processors)
 
 
 def _checked_adapters(

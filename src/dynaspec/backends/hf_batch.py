@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.windows import sliding_window
 from dynaspec.errors import UnsupportedModelError
 
 
@@ -33,6 +34,13 @@ class HFBatchAdapter:
             raise UnsupportedModelError(
                 f"{type(model).__name__} is an encoder-decoder model: batches of rows work "
                 "with decoder-only models for now; call generate() once per prompt"
+            )
+        window = sliding_window(model)
+        if window is not None:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} attends through a sliding window of {window} tokens, "
+                "which batches do not handle yet (padding inside the batch would shift it): "
+                "call generate() once per prompt (input_ids of shape (1, T))"
             )
         self.model = model
         text = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -192,11 +192,12 @@ def add_dtype_and_threads(
 
 
 def check_text_arguments(
-    parser: argparse.ArgumentParser, prompt: str, stops: list[str] | None
+    parser: argparse.ArgumentParser, prompt: str | None, stops: list[str] | None
 ) -> None:
     """The prompt and --stop strings must be text: bytes that are not UTF-8 (which Python
     keeps as surrogates) stop the command with a usage error, before any model loads."""
-    for label, text in [("the prompt", prompt)] + [("argument --stop", s) for s in stops or []]:
+    texts = [("the prompt", prompt)] if prompt is not None else []
+    for label, text in texts + [("argument --stop", s) for s in stops or []]:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
