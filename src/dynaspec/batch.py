@@ -32,6 +32,7 @@ from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.errors import IncompatibleModelsError, UnsupportedOptionError
 from dynaspec.policies import make_policy
+from dynaspec.policies.batch import PerRow
 
 # generate()'s own keywords that a batch call reads (besides the models and input_ids).
 BATCH_OPTIONS = (
@@ -87,7 +88,8 @@ def generate_batch(
     if draft_batch is not None or lookup is not None:
         drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
-        wall = decode_batch(target_batch, drafter, ids, mask, rows, limits)
+        policy = PerRow([make_policy(spec) for _ in rows])
+        wall = decode_batch(target_batch, drafter, ids, mask, rows, policy, limits)
     output = _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
@@ -149,7 +151,6 @@ def _row(
     return Row(
         tokens=ids.new_empty(ids.shape[1] + limits.max_new_tokens),
         pads=int((mask[index] == 0).sum()),
-        policy=make_policy(spec),
         sampler=TokenSampler(sampling, device=ids.device, processors=processors),
         emission=Emission.needed(criteria, settings.outputs),
         stats=GenerationStats(prompt_tokens=ids.shape[1]),

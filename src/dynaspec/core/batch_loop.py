@@ -19,8 +19,8 @@ import torch
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import Checked, accept, cut
 from dynaspec.core.processing import Emission
-from dynaspec.core.protocols import BatchModelAdapter, LookaheadPolicy, Stopper
-from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, StopReason
+from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, BatchStopper
+from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
@@ -39,7 +39,7 @@ class BatchDrafter(Protocol):
         tokens: Sequence[torch.Tensor | None],
         options: Sequence[DraftOptions | None],
         plans: Sequence[DraftPlan],
-        stoppers: Sequence[Stopper | None],
+        stopper: BatchStopper,
         samplers: Sequence[TokenSampler],
         eos_token_ids: tuple[int, ...],
     ) -> list[Proposal | None]: ...
@@ -53,7 +53,6 @@ class Row:
 
     tokens: torch.Tensor  # (T + max_new,) left padding, prompt, then new tokens
     pads: int  # left padding at the start
-    policy: LookaheadPolicy
     sampler: TokenSampler
     emission: Emission | None
     length: int = 0  # tokens committed so far
@@ -80,6 +79,7 @@ def decode_batch(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     rows: list[Row],
+    policy: BatchPolicy,
     limits: LimitsConfig,
 ) -> float:
     """Runs batch rounds until every row has ended; the rows keep their tokens and stats.
@@ -95,12 +95,14 @@ def decode_batch(
     eos = torch.tensor(limits.eos_token_ids, dtype=torch.long, device=input_ids.device)
     round_start = perf_counter()
     while not all(row.done for row in rows):
-        drafts = _draft(drafter, rows, first, limits)
+        drafts = _draft(drafter, policy, rows, first, limits)
         checked = _verify(target, rows, drafts)
-        for index, row in enumerate(rows):
-            if checked[index] is None:
-                continue
-            _commit(row, checked[index], first, limits, eos, perf_counter() - round_start)
+        spent = perf_counter() - round_start
+        records = [
+            None if step is None else _commit(row, step, first, limits, eos, spent)
+            for row, step in zip(rows, checked, strict=True)
+        ]
+        policy.update(records)
         target.crop([row.length - 1 for row in rows])
         if drafter is not None:
             drafter.crop([row.length - 1 for row in rows])
@@ -109,34 +111,34 @@ def decode_batch(
 
 
 def _draft(
-    drafter: BatchDrafter | None, rows: list[Row], first: int, limits: LimitsConfig
+    drafter: BatchDrafter | None,
+    policy: BatchPolicy,
+    rows: list[Row],
+    first: int,
+    limits: LimitsConfig,
 ) -> _Drafts:
     """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
     count = len(rows)
-    plans, reasons = [DraftPlan()] * count, [StopReason.NONE] * count
+    reasons = [StopReason.NONE] * count
     empty = [Proposal(row.tokens.new_empty(0), None, ()) for row in rows]
     if drafter is None:
-        return _Drafts(plans, empty, reasons)
-    options: list[DraftOptions | None] = [None] * count
-    stoppers: list[Stopper | None] = [None] * count
-    sequences: list[torch.Tensor | None] = [None] * count
-    for index, row in enumerate(rows):
-        if row.done:
-            continue
-        room = limits.max_new_tokens - (row.length - first)
-        options[index] = drafter.offer(index, row.committed, row.pads)
-        wanted = row.policy.plan(options[index], room)
-        plans[index] = wanted.within(room - 1)
-        if wanted.total:
-            reasons[index] = StopReason.LENGTH if wanted.total > room - 1 else StopReason.MAX
-        if plans[index].total:
-            stoppers[index] = row.policy.stopper(plans[index])
-            sequences[index] = row.committed
+        return _Drafts([DraftPlan()] * count, empty, reasons)
+    rooms = [limits.max_new_tokens - (row.length - first) for row in rows]
+    options = [
+        None if row.done else drafter.offer(index, row.committed, row.pads)
+        for index, row in enumerate(rows)
+    ]
+    wanted = policy.plan(options, rooms)
+    plans = [plan.within(room - 1) for plan, room in zip(wanted, rooms, strict=True)]
+    for index, plan in enumerate(wanted):
+        if plan.total:
+            reasons[index] = StopReason.LENGTH if plan.total > rooms[index] - 1 else StopReason.MAX
+    sequences = [row.committed if plans[i].total else None for i, row in enumerate(rows)]
     proposed = drafter.propose(
         sequences,
         options,
         plans,
-        stoppers,
+        policy.stopper(plans),
         [row.sampler for row in rows],
         limits.eos_token_ids,
     )
@@ -195,8 +197,8 @@ def _commit(
     limits: LimitsConfig,
     eos: torch.Tensor,
     spent: float,
-) -> None:
-    """Cuts a row's new tokens (EOS, length, criteria), appends them and records the round."""
+) -> Round:
+    """Cuts a row's new tokens (EOS, length, criteria), appends them; the round's record."""
     room = limits.max_new_tokens - (row.length - first)
     new_tokens, done = cut(step.new_tokens, room, eos)
     if row.emission is not None:
@@ -207,5 +209,5 @@ def _commit(
     row.done = done
     other = spent - step.proposal.draft_time_s - step.target_time_s
     record = step.record(new_tokens.numel(), max(other, 0.0))
-    row.policy.update(record)
     row.stats.rounds.append(record)
+    return record

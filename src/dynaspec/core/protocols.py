@@ -119,6 +119,38 @@ class LookaheadPolicy(Protocol):
 
 
 @runtime_checkable
+class BatchStopper(Protocol):
+    """When the draft model stops, for the rows of a batch within one round."""
+
+    def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
+        """After one batched draft forward: `steps` holds each drafting row's new token;
+        returns the rows that stop now (their token is still checked) and why."""
+        ...
+
+
+@runtime_checkable
+class BatchPolicy(Protocol):
+    """Plans every row of a batch each round and learns from the rows' records."""
+
+    name: str
+
+    def plan(
+        self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
+    ) -> list[DraftPlan]:
+        """Per row (None: the row has ended, plan nothing) its plan from its offer;
+        `remaining` = the most tokens each row may still emit."""
+        ...
+
+    def stopper(self, plans: Sequence[DraftPlan]) -> BatchStopper:
+        """The stop rule of the round that follows `plans`."""
+        ...
+
+    def update(self, rounds: Sequence[Round | None]) -> None:
+        """Learn from the finished round: each row's record (None: the row had ended)."""
+        ...
+
+
+@runtime_checkable
 class Drafter(Protocol):
     """A source of draft tokens. Invariant: it never sees a token that is not committed,
     except those it drafted itself this round; `crop` removes those after the round."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dynaspec.core.protocols import BatchModelAdapter, Stopper
+from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
@@ -31,7 +31,6 @@ class _Drafting:
     sequence: torch.Tensor  # (n + m,) the row's committed tokens, then its copied ones
     first_index: int  # copied tokens before the model's (offsets the DraftStep index)
     limit: int  # the most model tokens the plan allows
-    stopper: Stopper
     sampler: TokenSampler
     catchup: int  # tokens fed in the row's first forward
     tokens: list[torch.Tensor] = field(default_factory=list)  # 0-dim token ids
@@ -89,11 +88,12 @@ class BatchDrafter:
         tokens: Sequence[torch.Tensor | None],
         options: Sequence[DraftOptions | None],
         plans: Sequence[DraftPlan],
-        stoppers: Sequence[Stopper | None],
+        stopper: BatchStopper,
         samplers: Sequence[TokenSampler],
         eos_token_ids: tuple[int, ...],
     ) -> list[Proposal | None]:
-        """Per row (None: the row drafts nothing this round), the tokens its plan asks for."""
+        """Per row (None: the row drafts nothing this round), the tokens its plan asks for;
+        the draft model stops where `stopper` says, or at a row's EOS or its plan's end."""
         copied: list[Proposal | None] = []
         drafting: dict[int, _Drafting] = {}
         for row, plan in enumerate(plans):
@@ -106,18 +106,21 @@ class BatchDrafter:
             if plan.model > 0 and self.model is not None:
                 ahead = torch.cat([sequence, copy.tokens])
                 catchup = ahead.numel() - self.model.num_cached[row]
-                stopper = stoppers[row]
-                assert stopper is not None
                 drafting[row] = _Drafting(
-                    ahead, copy.num_copied, plan.model, stopper, samplers[row], catchup
+                    ahead, copy.num_copied, plan.model, samplers[row], catchup
                 )
-        self._draft(drafting, eos_token_ids)
+        self._draft(drafting, stopper, eos_token_ids)
         return [
             copy if copy is None or row not in drafting else join(copy, drafting[row].proposal())
             for row, copy in enumerate(copied)
         ]
 
-    def _draft(self, drafting: dict[int, _Drafting], eos_token_ids: tuple[int, ...]) -> None:
+    def _draft(
+        self,
+        drafting: dict[int, _Drafting],
+        stopper: BatchStopper,
+        eos_token_ids: tuple[int, ...],
+    ) -> None:
         """Batched draft-model forwards until every row in `drafting` has stopped."""
         if not drafting or self.model is None:
             return
@@ -131,19 +134,27 @@ class BatchDrafter:
             feeds = [pending.get(row, empty) for row in range(rows)]
             logits = model.forward(feeds, [int(row in pending) for row in range(rows)])
             seconds = device_clock(device) - started
+            steps = {}
+            for row in pending:
+                drafting[row].seconds += seconds
+                step = self._next(drafting[row], logits[row][0])
+                if step.token in eos_token_ids:
+                    drafting[row].reason = StopReason.EOS
+                else:
+                    steps[row] = step
+            for row, reason in stopper.stop(steps).items():
+                drafting[row].reason = reason
             for row in list(pending):
                 state = drafting[row]
-                state.seconds += seconds
-                token = self._next(state, logits[row][0], eos_token_ids)
+                if state.reason is None and len(state.tokens) >= state.limit:
+                    state.reason = StopReason.MAX
                 if state.reason is None:
-                    pending[row] = token.view(1)
+                    pending[row] = state.tokens[-1].view(1)
                 else:
                     del pending[row]
 
-    def _next(
-        self, state: _Drafting, logits: torch.Tensor, eos_token_ids: tuple[int, ...]
-    ) -> torch.Tensor:
-        """One drafted token of a row; sets `state.reason` when the row stops after it."""
+    def _next(self, state: _Drafting, logits: torch.Tensor) -> DraftStep:
+        """One drafted token of a row, as the step its stopper sees."""
         sampler, sequence = state.sampler, state.sequence
         logits = logits.to(sequence.device)
         scores = sampler.process(logits[None], sequence, state.tokens)[0]  # (V,)
@@ -158,13 +169,7 @@ class BatchDrafter:
             state.first_index + index, sequence.numel() + index, int(token), float(probs[token])
         )
         state.confidences.append(step.confidence)
-        if step.token in eos_token_ids:
-            state.reason = StopReason.EOS
-        elif state.stopper.should_stop(step):
-            state.reason = state.stopper.reason
-        elif len(state.tokens) >= state.limit:
-            state.reason = StopReason.MAX
-        return token
+        return step
 
     def crop(self, num_committed: Sequence[int]) -> None:
         if self.model is not None:

@@ -1,0 +1,53 @@
+"""A policy per row, for a batch: each row plans, stops and learns as it would alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dynaspec.core.protocols import LookaheadPolicy, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
+
+
+class RowStoppers:
+    """Each drafting row's own stopper (a `core.protocols.BatchStopper`)."""
+
+    def __init__(self, stoppers: dict[int, Stopper]) -> None:
+        self.stoppers = stoppers
+
+    def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
+        stopped = {}
+        for row, step in steps.items():
+            stopper = self.stoppers[row]
+            if stopper.should_stop(step):
+                stopped[row] = stopper.reason
+        return stopped
+
+
+class PerRow:
+    """`core.protocols.BatchPolicy` from one `LookaheadPolicy` per row."""
+
+    def __init__(self, policies: Sequence[LookaheadPolicy]) -> None:
+        self.policies = list(policies)
+        self.name = self.policies[0].name
+
+    def plan(
+        self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
+    ) -> list[DraftPlan]:
+        return [
+            DraftPlan() if offer is None else policy.plan(offer, room)
+            for policy, offer, room in zip(self.policies, options, remaining, strict=True)
+        ]
+
+    def stopper(self, plans: Sequence[DraftPlan]) -> RowStoppers:
+        return RowStoppers(
+            {
+                row: self.policies[row].stopper(plan)
+                for row, plan in enumerate(plans)
+                if plan.model > 0
+            }
+        )
+
+    def update(self, rounds: Sequence[Round | None]) -> None:
+        for policy, record in zip(self.policies, rounds, strict=True):
+            if record is not None:
+                policy.update(record)
