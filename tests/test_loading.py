@@ -162,6 +162,15 @@ def test_preset_loads_through_the_cache(tiny_preset, cache, tmp_path):
     assert torch.equal(logits(again, token_ids), first)
 
 
+def test_the_first_use_says_it_converts_before_the_silence(tiny_preset, cache, capsys):
+    loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
+    said = capsys.readouterr().err
+    assert "tiny: first use: converting the GGUF to a transformers folder in float32" in said
+    assert said.index("first use") < said.index("joining")  # before the slow part
+    loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
+    assert "first use" not in capsys.readouterr().err  # from the cache: nothing to say
+
+
 def test_cached_weights_have_the_requested_dtype(tiny_preset, cache):
     from safetensors import safe_open
 

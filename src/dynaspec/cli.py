@@ -23,6 +23,7 @@ from dynaspec.models.arguments import (
     add_fast_arguments,
     add_model_arguments,
     check_model_arguments,
+    describe_fast,
     fast_options,
     float_in,
     int_at_least,
@@ -206,13 +207,17 @@ def describe_run(args: argparse.Namespace) -> str:
         how = "the target runs alone: no --draft given (add --draft to decode speculatively)"
     else:
         how = f"speculative, schedule {args.schedule}"
-    return f"dynaspec: {models}; {how}; dtype {dtype.line()}"
+    return f"dynaspec: {models}; {how}; dtype {dtype.line()}" + describe_fast(args)
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
-    from dynaspec.eval.compare import compare_with_target_alone, warm_up_both
+    from dynaspec.eval.compare import (
+        compare_with_target_alone,
+        target_alone_notice,
+        warm_up_both,
+    )
     from dynaspec.eval.data import render_prompt, should_use_chat
     from dynaspec.generation import generate
 
@@ -252,6 +257,7 @@ def run_generate(args: argparse.Namespace) -> int:
         label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
     print(f"[{label}] {out.stats.summary().line()}")
     if args.compare and speculative:
+        print(target_alone_notice(input_ids, out), file=sys.stderr, flush=True)
         print(compare_with_target_alone(target, input_ids, out, options))
     return 0
 
