@@ -4,6 +4,7 @@ and a line before each long silence."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from types import SimpleNamespace
 
@@ -84,3 +85,22 @@ def test_the_backend_names_what_it_ran() -> None:
     packed = any(isinstance(m, compare.PackedLinear) for m in bf16.decoder.modules())
     expected = "static KV cache" + (" + prepacked bf16 weights" if packed else "")
     assert compare.backend_words(bf16) == expected
+
+
+def test_version(capsys) -> None:
+    from dynaspec import __version__
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"dynaspec {__version__}"
+
+
+def test_every_generate_option_says_what_it_does() -> None:
+    parser = cli.build_parser()
+    [subparsers] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    generate_options = subparsers.choices["generate"]._actions
+    unexplained = [
+        action.option_strings
+        for action in generate_options
+        if action.option_strings and (not action.help or action.help.startswith("("))
+    ]
+    assert unexplained == []  # --max-new-tokens said only its default

@@ -256,11 +256,16 @@ def test_models_report(tmp_path):
     (folder / model_cache.MARKER_NAME).write_text("{}")
     report = loading.models_report(cache_dir=tmp_path)
     lines = report.splitlines()
-    assert lines[0].split() == ["name", "role", "params", "size", "installed", "cached"]
+    header = ["name", "role", "params", "download", "converted", "installed", "cached"]
+    assert lines[0].split() == header
     for name in model_presets():
         assert any(line.startswith(name + " ") for line in lines)
     smol_line = next(line for line in lines if line.startswith("smollm2-135m "))
     assert smol_line.endswith("bfloat16") and "135M" in smol_line and "98 MB" in smol_line
+    # converted: the parameters in this machine's dtype (2 or 4 bytes each), said below
+    itemsize = machine_dtype().dtype.itemsize
+    assert f" {smollm2.num_parameters * itemsize / 1e6:.0f} MB " in smol_line
+    assert "download: the model packages (a quantized GGUF); converted: the" in report
     assert "qwen2.5-coder (default): qwen2.5-coder-1.5b + qwen2.5-coder-0.5b" in report
     assert f"cache: {tmp_path}" in report
     assert f"dtype on this machine: {machine_dtype().line()}" in report

@@ -113,7 +113,11 @@ def _add_generation_settings(p: argparse.ArgumentParser) -> None:
     """transformers' generation settings. Left out, each follows the model's
     generation_config, else dynaspec's default (greedy, 128 new tokens), as in generate()."""
     p.add_argument(
-        "--max-new-tokens", type=int_at_least(1), default=None, help=_FROM_CONFIG.format(128)
+        "--max-new-tokens",
+        type=int_at_least(1),
+        default=None,
+        help="the most new tokens to generate; code may end mid-function when it is too low "
+        + _FROM_CONFIG.format(128),
     )
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument(
@@ -345,9 +349,12 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dynaspec import __version__
+
     parser = argparse.ArgumentParser(
         prog="dynaspec", description="Lossless dynamic speculative decoding."
     )
+    parser.add_argument("--version", action="version", version=f"dynaspec {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_generate(subparsers)
     _add_models(subparsers)

@@ -382,9 +382,11 @@ def _format_bytes(size: int) -> str:
 
 
 def models_report(cache_dir: CacheDirArg = None) -> str:
-    """A text table of the presets: name, role, parameters, GGUF size, installed?, cached?"""
+    """A text table of the presets: name, role, parameters, download (GGUF) size, size once
+    converted in the machine's dtype, installed?, cached?"""
     root = model_cache.resolve_cache_dir(cache_dir)
-    header = ("name", "role", "params", "size", "installed", "cached")
+    dtype = machine_dtype().dtype
+    header = ("name", "role", "params", "download", "converted", "installed", "cached")
     rows: list[tuple[str, ...]] = [header]
     missing_lines: list[str] = []
     for preset in model_presets().values():
@@ -404,6 +406,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
                 preset.role,
                 _format_count(preset.num_parameters),
                 _format_bytes(preset.size),
+                _format_bytes(preset.num_parameters * dtype.itemsize),
                 installed,
                 cached,
             )
@@ -413,6 +416,11 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+    lines.append(
+        "download: the model packages (a quantized GGUF); converted: the transformers "
+        f"folder made from it on first use, in this machine's dtype "
+        f"({model_cache.dtype_name(dtype)})"
+    )
     lines.append("")
     lines.append("pairs:")
     for pair in pair_presets().values():
