@@ -104,3 +104,31 @@ def test_every_generate_option_says_what_it_does() -> None:
         if action.option_strings and (not action.help or action.help.startswith("("))
     ]
     assert unexplained == []  # --max-new-tokens said only its default
+
+
+def test_load_pair_frees_the_targets_weights_before_the_draft_loads(monkeypatch) -> None:
+    """The fast path's peak holds the target twice (its weights and their prepacked or
+    quantized copy) while the adapter is built, never that and the draft as well."""
+    import gc
+    import weakref
+
+    from dynaspec.models import cache as model_cache
+    from dynaspec.models import loading
+
+    alive_when_the_draft_loads: list[bool] = []
+    originals: list[weakref.ref] = []
+
+    def load_preset(preset, **_):
+        target, draft, tokenizer = tiny_pair()
+        if preset.role == "target":
+            originals.append(weakref.ref(target.model.layers[0].mlp.gate_proj.weight))
+            return target, tokenizer
+        gc.collect()
+        alive_when_the_draft_loads.append(originals[0]() is not None)
+        return draft, tokenizer
+
+    monkeypatch.setattr(model_cache, "is_complete_folder", lambda folder: True)
+    monkeypatch.setattr(loading, "load_preset", load_preset)
+    pair = loading.load_pair(dtype="float32", quantize="int8")
+    assert alive_when_the_draft_loads == [False]
+    assert compare.backend_words(pair.target) == "static KV cache + int8 weights"

@@ -286,6 +286,13 @@ def check_pair_compatible(
     Checks: identical vocabularies (token -> id), identical tokenization of a probe
     text, equal eos id, and equal number of lm_head rows (the logits' last dimension).
     """
+    _check_tokenizers(target_tokenizer, draft_tokenizer)
+    _check_logit_widths(_logit_width(target), _logit_width(draft))
+
+
+def _check_tokenizers(
+    target_tokenizer: PreTrainedTokenizerBase, draft_tokenizer: PreTrainedTokenizerBase
+) -> None:
     target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
     if target_vocab != draft_vocab:
         differing = len(set(target_vocab.items()) ^ set(draft_vocab.items()))
@@ -306,8 +313,9 @@ def check_pair_compatible(
             f"draft eos id {draft_tokenizer.eos_token_id} != target eos id "
             f"{target_tokenizer.eos_token_id}: pick a draft with the target's tokenizer"
         )
-    target_rows = _logit_width(target)
-    draft_rows = _logit_width(draft)
+
+
+def _check_logit_widths(target_rows: int, draft_rows: int) -> None:
     if target_rows != draft_rows:
         raise IncompatibleModelsError(
             f"draft vocabulary {draft_rows} != target vocabulary {target_rows} (lm_head rows): "
@@ -355,19 +363,26 @@ def load_pair(
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
-    target, target_tokenizer = load_preset(
-        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
-    )
-    draft, draft_tokenizer = load_preset(
-        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
-    )
-    check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
     fast = {"static": static, "compile": compile}
+    target, target_tokenizer = load_preset(
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
+    )
+    target_rows = _logit_width(target)
+    # The fast target first, then the draft: the adapter keeps only what it runs, so its
+    # prepacked or quantized copies replace the transformers weights before the draft loads
+    # (the peak holds the target twice, never the target twice and the draft).
+    fast_target = make_fast(target, **fast, quantize=quantize)
+    del target
+    draft, draft_tokenizer = load_preset(
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
+    )
+    _check_tokenizers(target_tokenizer, draft_tokenizer)
+    _check_logit_widths(target_rows, _logit_width(draft))
     return ModelPair(
         name=pair.name,
-        target=make_fast(target, **fast, quantize=quantize),
+        target=fast_target,
         draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True),
         tokenizer=target_tokenizer,
     )
