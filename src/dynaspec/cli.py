@@ -261,7 +261,7 @@ def run_generate(args: argparse.Namespace) -> int:
     label = "target alone" if draft is None else f"{args.schedule} speculative"
     if args.prompt_lookup is not None:
         label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
-    print(f"[{label}] {out.stats.summary().line()}")
+    print(f"[{label}] {out.stats.summary().line()}", flush=True)  # before a stderr line
     if args.compare and speculative:
         print(target_alone_notice(input_ids, out), file=sys.stderr, flush=True)
         print(compare_with_target_alone(target, input_ids, out, options))
