@@ -3,6 +3,8 @@ it adapts its lookahead to what drafting costs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from round_helpers import make_round
@@ -10,7 +12,7 @@ from tiny_models import ScriptedModel
 
 import dynaspec
 from dynaspec import GenerateOutput
-from dynaspec.core.round import DraftPlan
+from dynaspec.core.round import DraftOptions, DraftPlan, Round
 from dynaspec.eval.cost_model import CostProfile
 from dynaspec.eval.oracle.replay import SimulatedTimePolicy
 from dynaspec.policies import DraftStep
@@ -235,3 +237,89 @@ def test_caller_policy_keeps_what_it_learned() -> None:
         model, counting_model(), torch.tensor([[0]]), max_new_tokens=20, policy=policy
     )
     assert sum(policy.inner.calibration.bin_total) > learned
+
+
+def test_a_cold_short_prefill_does_not_set_the_verification_slope() -> None:
+    # The README's example: a 4-token prompt, the process's first forward 10x slower than
+    # a steady one (0.27 s): 0.675 s per prompt token, 2.7 steps. Taken as the cost of
+    # each verified token, that kept every first drafted token from paying, for good.
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 2.7, 4))
+    policy.update(make_round(0, 0, (), 0.0, 0.25, 1))
+    # Under 16 tokens a prefill is mostly the forward's fixed cost: the prior slope stays.
+    assert policy.costs.verify_cost(2) == pytest.approx(1.05)
+    # Its catch-up costs at most c per token (a forward over m tokens costs at most m
+    # forwards over one): 5 extra tokens x 0.25 steps.
+    assert policy.costs.catchup_cost(6) == pytest.approx(1.25)
+    assert policy.max_lookahead(catchup=6, remaining=126) == 20
+
+
+def test_a_cold_long_prefill_costs_at_most_a_step_per_token() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 40 * 2.5, 40))  # 10x a 0.25 s step per token
+    policy.update(make_round(0, 0, (), 0.0, 0.25, 1))
+    # Verifying n tokens in one forward costs at most n steps: V(2) <= 2.
+    assert policy.costs.verify_cost(2) == pytest.approx(2.0)
+    assert policy.costs.catchup_cost(11) == pytest.approx(10 * 0.25)  # at most c per token
+
+
+class ColdStart:
+    """Wraps a policy: the first forward of each model took `factor` times as long as the
+    times handed in (allocation, kernel set-up: a cost that does not repeat)."""
+
+    def __init__(self, inner: AdaptivePolicy, factor: float) -> None:
+        self.inner, self.factor, self.name = inner, factor, inner.name
+        self.target_cold = self.draft_cold = True
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
+        return self.inner.plan(options, remaining)
+
+    def stopper(self, plan: DraftPlan):
+        return self.inner.stopper(plan)
+
+    def update(self, round: Round) -> None:
+        target_s, draft_s = round.target_time_s, round.draft_time_s
+        if self.target_cold:
+            target_s, self.target_cold = target_s * self.factor, False
+        if round.draft_forwards and self.draft_cold:
+            draft_s += (self.factor - 1) * draft_s / round.draft_forwards
+            self.draft_cold = False
+        self.inner.update(dataclasses.replace(round, target_time_s=target_s, draft_time_s=draft_s))
+
+
+def cold_run(prompt_length: int, max_new_tokens: int) -> GenerateOutput:
+    """Two agreeing counting models timed as a 1.5B/0.5B pair on a CPU (0.25 s a target
+    step + 8 ms per extra token, 60 ms a draft forward; a prefill is a forward over the
+    prompt), the first forward of each 10x slower than the steady state."""
+    profile = CostProfile(draft_token_s=0.06, verify_s=(0.25, 0.258))
+    policy = SimulatedTimePolicy(ColdStart(AdaptivePolicy(max_tokens=20), 10.0), profile)
+    prompt = torch.tensor([[i % 16 for i in range(prompt_length)]])
+    return dynaspec.generate(
+        counting_model(), counting_model(), prompt, max_new_tokens=max_new_tokens, policy=policy
+    )
+
+
+@pytest.mark.parametrize("prompt_length", [1, 3, 4, 12])
+def test_drafting_starts_after_a_cold_first_forward(prompt_length: int) -> None:
+    run = cold_run(prompt_length, 128)
+    prompt = run.sequences[:, :prompt_length]
+    alone = dynaspec.generate(counting_model(), None, prompt, max_new_tokens=128)
+    assert torch.equal(run.sequences, alone.sequences)
+    drafted = [r.num_drafted for r in run.stats.rounds]
+    # The prompt is fed to the draft at once (1-2 tokens) or after the two measuring steps.
+    assert drafted.index(next(d for d in drafted if d)) <= 2
+    assert sum(drafted) >= 100
+
+
+def test_a_probe_checks_a_cold_long_prefill_when_many_tokens_are_left() -> None:
+    # 40 prompt tokens at 10x: the slope looks like 0.56 steps per token and the draft is
+    # not started; with 1000 tokens left, a probe's catch-up (~6.6 steps) is within 2% of
+    # them, the probe times a forward over 2 tokens, and the measured slope takes over.
+    drafted = [r.num_drafted for r in cold_run(40, 1000).stats.rounds]
+    assert drafted[:8] == [0] * 8 and drafted[8] == 1  # the probe
+    assert sum(drafted) >= 900
+    short = [r.num_drafted for r in cold_run(40, 128).stats.rounds]
+    assert sum(short) == 0  # 128 tokens: the probe would cost more than 2% of them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -78,6 +79,34 @@ def test_smoke_run_writes_a_matching_record_per_prompt_and_method(smoke_run):
         assert isinstance(run["sklearn_available"], bool)
         assert "--smoke" in run["command"]
     assert (out / "command.txt").read_text().strip()
+
+
+def test_a_smoke_run_explains_itself_and_writes_outside_the_work_tree(tmp_path, monkeypatch, capfd):
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench.tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    hf_logging.warning_once.cache_clear()  # transformers warns once per process
+    said: list[str] = []
+    listener = logging.Handler()
+    listener.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addHandler(listener)
+    argv = ["--smoke", "--methods", "target,hf-dynamic", "--max-new-tokens", "4", "--no-progress"]
+    try:
+        assert bench.run_bench(_parse(argv)) == 0
+    finally:
+        logger.removeHandler(listener)
+    # transformers' warning about its own code (its assistant's generate() call)
+    assert not [line for line in said if "generation_config" in line], said
+    out, err = capfd.readouterr()
+    assert not (tmp_path / "benchmarks").exists()  # nothing written into the work tree
+    [folder] = (tmp_path / "temp").iterdir()
+    assert (folder / "results.jsonl").is_file() and f"-> {folder}" in err
+    assert bench.SMOKE_NOTE in out and "expected to be slower" in bench.SMOKE_NOTE
+    table = (folder / "table.md").read_text()
+    assert bench.SMOKE_NOTE in table and "scikit-learn" not in table
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,11 @@ import json
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from test_loading import write_tiny_gguf
 
 from dynaspec import cli
-from dynaspec.eval.compare import describe_divergence
 from dynaspec.models import cache as model_cache
 from dynaspec.models import loading
 
@@ -276,14 +274,3 @@ def test_first_line_names_pair_schedule_and_dtype(capsys) -> None:
         "dynaspec: pair tiny; speculative, schedule adaptive; dtype float32 (the built-in "
         "tiny pair is float32)"
     )
-
-
-def test_a_tie_is_explained_in_one_line() -> None:
-    tie = SimpleNamespace(kind="tie", position=37, dtype="bfloat16", steps=1.0)
-    text = describe_divergence(tie)
-    assert "\n" not in text
-    assert "from new token 37 on, at a bfloat16 tie" in text
-    assert "either is its argmax within bfloat16 precision" in text
-    assert "Not a bug; --dtype float32 makes such ties vanishingly rare" in text
-    bug = SimpleNamespace(kind="BUG", position=3, dtype="float32", steps=40.0)
-    assert "NOT a numerical tie. Please report this bug" in describe_divergence(bug)

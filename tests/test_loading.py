@@ -162,6 +162,15 @@ def test_preset_loads_through_the_cache(tiny_preset, cache, tmp_path):
     assert torch.equal(logits(again, token_ids), first)
 
 
+def test_the_first_use_says_it_converts_before_the_silence(tiny_preset, cache, capsys):
+    loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
+    said = capsys.readouterr().err
+    assert "tiny: first use: converting the GGUF to a transformers folder in float32" in said
+    assert said.index("first use") < said.index("joining")  # before the slow part
+    loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
+    assert "first use" not in capsys.readouterr().err  # from the cache: nothing to say
+
+
 def test_cached_weights_have_the_requested_dtype(tiny_preset, cache):
     from safetensors import safe_open
 
@@ -247,11 +256,16 @@ def test_models_report(tmp_path):
     (folder / model_cache.MARKER_NAME).write_text("{}")
     report = loading.models_report(cache_dir=tmp_path)
     lines = report.splitlines()
-    assert lines[0].split() == ["name", "role", "params", "size", "installed", "cached"]
+    header = ["name", "role", "params", "download", "converted", "installed", "cached"]
+    assert lines[0].split() == header
     for name in model_presets():
         assert any(line.startswith(name + " ") for line in lines)
     smol_line = next(line for line in lines if line.startswith("smollm2-135m "))
     assert smol_line.endswith("bfloat16") and "135M" in smol_line and "98 MB" in smol_line
+    # converted: the parameters in this machine's dtype (2 or 4 bytes each), said below
+    itemsize = machine_dtype().dtype.itemsize
+    assert f" {smollm2.num_parameters * itemsize / 1e6:.0f} MB " in smol_line
+    assert "download: the model packages (a quantized GGUF); converted: the" in report
     assert "qwen2.5-coder (default): qwen2.5-coder-1.5b + qwen2.5-coder-0.5b" in report
     assert f"cache: {tmp_path}" in report
     assert f"dtype on this machine: {machine_dtype().line()}" in report

@@ -26,6 +26,7 @@ from dynaspec.models.arguments import (
     check_lookup_arguments,
     check_model_arguments,
     check_text_arguments,
+    describe_fast,
     fast_options,
     float_in,
     int_at_least,
@@ -49,6 +50,8 @@ def _add_generate(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
         help="generate text with speculative decoding",
+        description="Peak memory with the default pair in bf16 (measured on an AVX512-BF16 "
+        "CPU): 6.1 GB; with --static --draft-quantize int8 up to 8.9 GB (README).",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
@@ -128,7 +131,11 @@ def _add_generation_settings(p: argparse.ArgumentParser) -> None:
     """transformers' generation settings. Left out, each follows the model's
     generation_config, else dynaspec's default (greedy, 128 new tokens), as in generate()."""
     p.add_argument(
-        "--max-new-tokens", type=int_at_least(1), default=None, help=_FROM_CONFIG.format(128)
+        "--max-new-tokens",
+        type=int_at_least(1),
+        default=None,
+        help="the most new tokens to generate; code may end mid-function when it is too low "
+        + _FROM_CONFIG.format(128),
     )
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument(
@@ -242,13 +249,17 @@ def describe_run(args: argparse.Namespace) -> str:
         how = "the target runs alone: no --draft given (add --draft to decode speculatively)"
     else:
         how = f"speculative, schedule {args.schedule}"
-    return f"dynaspec: {models}; {how}; dtype {dtype.line()}"
+    return f"dynaspec: {models}; {how}; dtype {dtype.line()}" + describe_fast(args)
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
-    from dynaspec.eval.compare import compare_with_target_alone, warm_up_both
+    from dynaspec.eval.compare import (
+        compare_with_target_alone,
+        target_alone_notice,
+        warm_up_both,
+    )
     from dynaspec.eval.data import render_prompt, should_use_chat
     from dynaspec.generation import generate
 
@@ -288,8 +299,9 @@ def run_generate(args: argparse.Namespace) -> int:
     label = "target alone" if draft is None else f"{args.schedule} speculative"
     if args.prompt_lookup is not None:
         label = "prompt lookup" if draft is None else f"{label} + prompt lookup"
-    print(f"[{label}] {out.stats.summary().line()}")
+    print(f"[{label}] {out.stats.summary().line()}", flush=True)  # before a stderr line
     if args.compare and speculative:
+        print(target_alone_notice(input_ids, out), file=sys.stderr, flush=True)
         print(compare_with_target_alone(target, input_ids, out, options))
     return 0
 
@@ -387,9 +399,12 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dynaspec import __version__
+
     parser = argparse.ArgumentParser(
         prog="dynaspec", description="Lossless dynamic speculative decoding."
     )
+    parser.add_argument("--version", action="version", version=f"dynaspec {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_generate(subparsers)
     _add_models(subparsers)

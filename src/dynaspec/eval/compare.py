@@ -4,11 +4,13 @@ or a bug (`dynaspec.eval.mismatch`)."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
 import torch
 
+from dynaspec.backends.quant import PackedLinear
 from dynaspec.generation import GenerateOutput, generate
 
 WARM_UP_TOKENS = 4  # the untimed warm-up of both paths decodes at most this many tokens
@@ -28,11 +30,28 @@ def warm_up_both(target: Any, draft: Any, input_ids: torch.Tensor, options: dict
     generate(target, None, input_ids, **{**target_alone_options(options), **warm})
 
 
+def target_alone_notice(input_ids: torch.Tensor, speculative: GenerateOutput) -> str:
+    """The line said before the timed target-alone run, which prints nothing until it ends:
+    how many tokens, and about how long (the speculative run's target step times them)."""
+    new_tokens = speculative.sequences.shape[1] - input_ids.shape[1]
+    rounds = speculative.stats.rounds
+    steps = [r.target_time_s for r in rounds if r.num_verified == 1]
+    steps = steps or [r.target_time_s for r in rounds if r.num_verified == r.num_drafted + 1]
+    seconds = statistics.median(steps) * new_tokens if steps else 0.0
+    estimate = f", about {seconds:.0f} s" if seconds >= 1 else ""
+    return (
+        f"--compare: decoding the same {new_tokens} tokens with the target alone, timed, for "
+        f"the speedup (no output until it ends{estimate})"
+    )
+
+
 def compare_with_target_alone(
     target: Any, input_ids: torch.Tensor, speculative: GenerateOutput, options: dict[str, Any]
 ) -> str:
-    """Decodes `input_ids` with the target alone (timed) and returns two lines: its summary,
-    then the speedup of `speculative` over it and whether the outputs are identical."""
+    """Decodes `input_ids` with the target alone (timed) and returns its summary line,
+    labelled with the backend that ran it, then the speedup of `speculative` over it and
+    whether the outputs are identical; a greedy divergence is explained, with both texts
+    from where they part when `options` has a tokenizer."""
     started = time.perf_counter()
     alone = generate(target, None, input_ids, **target_alone_options(options))
     alone_s = time.perf_counter() - started
@@ -41,36 +60,95 @@ def compare_with_target_alone(
     if speculative.stats.do_sample:
         verdict += " (sampling: outputs differ by design; distributions are equal)"
     elif not same and not getattr(target.config, "is_encoder_decoder", False):
-        verdict += _explain_divergence(target, input_ids, alone.sequences, speculative.sequences)
+        divergence = _classify(target, input_ids, alone.sequences, speculative.sequences)
+        verdict = describe_divergence(divergence)
+        texts = _parting_texts(options.get("tokenizer"), input_ids, alone, speculative, divergence)
+        verdict += texts
     speedup = alone_s / speculative.stats.summary().wall_time_s
     return (
-        f"[target alone] {alone.stats.summary().line()}\n"
+        f"[target alone, {backend_words(target)}] {alone.stats.summary().line()}\n"
         f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
     )
 
 
-def _explain_divergence(
+def backend_words(model: Any) -> str:
+    """What runs `model`'s forwards, in words: transformers' own, or the static adapter
+    with its options (the --static, --compile, --quantize flags as they took effect)."""
+    fast = getattr(model, "fast", None)
+    decoder = getattr(model, "decoder", None)
+    if fast is None or decoder is None:
+        return "transformers' forward"
+    words = ["static KV cache"]
+    if fast.compile:
+        words.append("torch.compile")
+    if fast.quantize:
+        words.append(f"{fast.quantize} weights")
+    elif any(isinstance(module, PackedLinear) for module in decoder.modules()):
+        words.append("prepacked bf16 weights")
+    return " + ".join(words)
+
+
+def _classify(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
-) -> str:
+) -> Any:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
     from dynaspec.eval.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
-    divergence = classify_mismatch(
+    return classify_mismatch(
         target, input_ids, alone[0, start:].tolist(), speculative[0, start:].tolist()
     )
-    return describe_divergence(divergence)
 
 
 def describe_divergence(divergence: Any) -> str:
     """What a greedy divergence (a classified mismatch: kind, position, dtype, steps) means,
-    as the end of the --compare line."""
-    if divergence.kind == "tie":
+    in a newcomer's words: the end of the --compare line, then lines that explain it."""
+    at = divergence.position
+    if divergence.kind != "tie":
         return (
-            f" from new token {divergence.position} on, at a {divergence.dtype} tie: both "
-            f"tokens' logits lie within {divergence.steps:.1f} {divergence.dtype} steps of the "
-            f"target's top logit there, so either is its argmax within {divergence.dtype} "
-            "precision (a forward over several tokens rounds differently from a forward over "
-            "one). Not a bug; --dtype float32 makes such ties vanishingly rare."
+            f"DIFFERENT from new token {at} on: NOT a tie of the target's two best tokens, "
+            "so one of the outputs is not the target's own. Please report this bug."
         )
-    return f" at new token {divergence.position}: NOT a numerical tie. Please report this bug."
+    dtype, steps = divergence.dtype, divergence.steps
+    return (
+        f"part at new token {at}, at a tie (not a bug)\n"
+        f"  At new token {at} the target's two best next tokens scored practically the same: "
+        f"both lie within {steps:.1f} {dtype} steps of the top score (logit).\n"
+        f"  Speculative decoding checks several tokens in one forward, the target alone one at "
+        f"a time, and the two round {dtype} a little differently, so each run picked a "
+        "different one of the pair.\n"
+        "  Either text is the target's own greedy output, within its precision; everything "
+        f"before new token {at} is identical.\n"
+        "  For output identical token for token, add --dtype float32 (slower): ties at float32 "
+        "precision are vanishingly rare."
+    )
+
+
+SHOWN_SHARED_CHARS = 60  # the end of the common text shown before the two continuations
+
+
+def _parting_texts(
+    tokenizer: Any,
+    input_ids: torch.Tensor,
+    alone: GenerateOutput,
+    speculative: GenerateOutput,
+    divergence: Any,
+) -> str:
+    """Both continuations from the divergence on (and the end of the text they share)."""
+    if tokenizer is None:
+        return ""
+    cut = input_ids.shape[1] + divergence.position
+
+    def text(ids: torch.Tensor) -> str:
+        return str(tokenizer.decode(ids.tolist(), skip_special_tokens=True))
+
+    shared = text(alone.sequences[0, input_ids.shape[1] : cut])
+    if len(shared) > SHOWN_SHARED_CHARS:
+        shared = "..." + shared[-SHOWN_SHARED_CHARS:]
+    return (
+        f"\n--- the same in both, up to new token {divergence.position}:\n{shared}"
+        f"\n--- speculative, from new token {divergence.position} on:\n"
+        f"{text(speculative.sequences[0, cut:])}"
+        f"\n--- target alone, from new token {divergence.position} on:\n"
+        f"{text(alone.sequences[0, cut:])}"
+    )

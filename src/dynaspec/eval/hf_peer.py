@@ -35,11 +35,42 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 import torch
+
+# transformers' assisted generation calls the assistant's generate() with a generation_config
+# and max_new_tokens / min_new_tokens together (generation/candidate_generator.py), then
+# warns that doing so is deprecated: a warning about its own code that no user can act on.
+OWN_DEPRECATION = "Passing `generation_config` together with generation-related arguments"
+
+
+class _DropMessage(logging.Filter):
+    """Drops the log records whose message starts with `prefix`."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextmanager
+def _without_transformers_own_deprecation() -> Iterator[None]:
+    """transformers' OWN_DEPRECATION warning left out for the duration (nothing else)."""
+    logger = logging.getLogger("transformers.generation.utils")
+    drop = _DropMessage(OWN_DEPRECATION)
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 @dataclass(frozen=True)
@@ -183,7 +214,7 @@ class HFPeer:
             kwargs["assistant_model"] = self.draft
             hooks.append(self.draft.register_forward_pre_hook(draft_log, with_kwargs=True))
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), _without_transformers_own_deprecation():
                 start = perf_counter()
                 sequences = self.target.generate(input_ids, **kwargs)
                 wall = perf_counter() - start

@@ -167,6 +167,30 @@ def fast_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def describe_fast(args: argparse.Namespace) -> str:
+    """The fast-path flags as they apply to each model, for the first line of output
+    ("; fast path: target ...; draft ..."), or "" when none is given."""
+    options = fast_options(args)
+    draft_quantize = options.get("draft_quantize", options["quantize"])
+    if not (options["static"] or options["compile"] or options["quantize"] or draft_quantize):
+        return ""
+
+    def words(quantize: str | None) -> str:
+        if not (options["static"] or options["compile"] or quantize):
+            return "transformers' forward"
+        parts = ["static KV cache"]
+        if options["compile"]:
+            parts.append("torch.compile")
+        if quantize:
+            parts.append(f"{quantize} weights")
+        return " + ".join(parts)
+
+    text = f"; fast path: target {words(options['quantize'])}"
+    if not getattr(args, "no_draft", False):
+        text += f"; draft {words(draft_quantize)}"
+    return text
+
+
 def add_dtype_and_threads(
     parser: ArgumentTarget,
     *,

@@ -500,6 +500,10 @@ def ensure_preset_folder(
         return folder
     joined = joined_gguf_path(preset, cache_dir)
     had_joined = joined.is_file()
+    if progress:  # what fails fast (a missing package, the cache) fails before the line
+        locate_slices(preset)
+        writable_folder(folder.parent)
+        say_converting(preset.name, dtype)
     gguf_path = ensure_gguf(preset, cache_dir, progress=progress)
     build_folder(
         gguf_path,
@@ -511,6 +515,18 @@ def ensure_preset_folder(
     if gguf_path == joined and not had_joined and not keep_gguf:
         joined.unlink(missing_ok=True)
     return folder
+
+
+def say_converting(name: str, dtype: torch.dtype) -> None:
+    """One line on stderr before the first use's silent part (checking the file, then
+    transformers reading the whole GGUF before its progress bars show)."""
+    print(
+        f"{name}: first use: converting the GGUF to a transformers folder in "
+        f"{dtype_name(dtype)}, once (checking and reading the file takes up to a minute "
+        "before progress bars show)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def ensure_file_folder(
@@ -533,6 +549,8 @@ def ensure_file_folder(
     if is_complete_folder(folder):
         return folder
     check_gguf_structure(path, fix="download it again, or check the path")
+    writable_folder(folder.parent)  # an unwritable cache fails before the line
+    say_converting(path.name, dtype)
     return build_folder(path, folder, dtype=dtype, source={"source_path": str(path)})
 
 

@@ -286,6 +286,13 @@ def check_pair_compatible(
     Checks: identical vocabularies (token -> id), identical tokenization of a probe
     text, equal eos id, and equal number of lm_head rows (the logits' last dimension).
     """
+    _check_tokenizers(target_tokenizer, draft_tokenizer)
+    _check_logit_widths(_logit_width(target), _logit_width(draft))
+
+
+def _check_tokenizers(
+    target_tokenizer: PreTrainedTokenizerBase, draft_tokenizer: PreTrainedTokenizerBase
+) -> None:
     target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
     if target_vocab != draft_vocab:
         differing = len(set(target_vocab.items()) ^ set(draft_vocab.items()))
@@ -306,8 +313,9 @@ def check_pair_compatible(
             f"draft eos id {draft_tokenizer.eos_token_id} != target eos id "
             f"{target_tokenizer.eos_token_id}: pick a draft with the target's tokenizer"
         )
-    target_rows = _logit_width(target)
-    draft_rows = _logit_width(draft)
+
+
+def _check_logit_widths(target_rows: int, draft_rows: int) -> None:
     if target_rows != draft_rows:
         raise IncompatibleModelsError(
             f"draft vocabulary {draft_rows} != target vocabulary {target_rows} (lm_head rows): "
@@ -355,19 +363,26 @@ def load_pair(
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
-    target, target_tokenizer = load_preset(
-        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
-    )
-    draft, draft_tokenizer = load_preset(
-        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
-    )
-    check_pair_compatible(target, draft, target_tokenizer, draft_tokenizer)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
     fast = {"static": static, "compile": compile}
+    target, target_tokenizer = load_preset(
+        target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
+    )
+    target_rows = _logit_width(target)
+    # The fast target first, then the draft: the adapter keeps only what it runs, so its
+    # prepacked or quantized copies replace the transformers weights before the draft loads
+    # (the peak holds the target twice, never the target twice and the draft).
+    fast_target = make_fast(target, **fast, quantize=quantize)
+    del target
+    draft, draft_tokenizer = load_preset(
+        draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
+    )
+    _check_tokenizers(target_tokenizer, draft_tokenizer)
+    _check_logit_widths(target_rows, _logit_width(draft))
     return ModelPair(
         name=pair.name,
-        target=make_fast(target, **fast, quantize=quantize),
+        target=fast_target,
         draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True),
         tokenizer=target_tokenizer,
     )
@@ -382,9 +397,11 @@ def _format_bytes(size: int) -> str:
 
 
 def models_report(cache_dir: CacheDirArg = None) -> str:
-    """A text table of the presets: name, role, parameters, GGUF size, installed?, cached?"""
+    """A text table of the presets: name, role, parameters, download (GGUF) size, size once
+    converted in the machine's dtype, installed?, cached?"""
     root = model_cache.resolve_cache_dir(cache_dir)
-    header = ("name", "role", "params", "size", "installed", "cached")
+    dtype = machine_dtype().dtype
+    header = ("name", "role", "params", "download", "converted", "installed", "cached")
     rows: list[tuple[str, ...]] = [header]
     missing_lines: list[str] = []
     for preset in model_presets().values():
@@ -404,6 +421,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
                 preset.role,
                 _format_count(preset.num_parameters),
                 _format_bytes(preset.size),
+                _format_bytes(preset.num_parameters * dtype.itemsize),
                 installed,
                 cached,
             )
@@ -413,6 +431,11 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+    lines.append(
+        "download: the model packages (a quantized GGUF); converted: the transformers "
+        f"folder made from it on first use, in this machine's dtype "
+        f"({model_cache.dtype_name(dtype)})"
+    )
     lines.append("")
     lines.append("pairs:")
     for pair in pair_presets().values():

@@ -44,10 +44,11 @@ class AdaptiveConfig:
     probe_interval: int = 8  # rounds without drafting before a probe round drafts anyway
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
     max_probe_catchup: float = 1.0  # no probe when feeding the lagging draft costs more
-    #                                 than this many target steps
+    #                                 than this many target steps ...
+    probe_budget: float = 0.02  # ... and more than this share of the tokens left (in steps)
     start_margin: float = 2.0  # feed a lagging draft (start it) only when the expected
     #                            savings over the tokens left are this many times the cost
-    min_prefill_tokens: int = 4  # a target forward over at least this many unseen tokens
+    min_prefill_tokens: int = 16  # a target forward over at least this many unseen tokens
     #                              times the target's prefill (per token)
 
 
@@ -102,11 +103,21 @@ class AdaptivePolicy:
         if self.calibration.first_token_acceptance() > self.threshold(0):
             worth = self.worth_starting(catchup, remaining)
             return DraftPlan(model=self.config.max_tokens if worth else 0)
-        if self.prober.due():
-            cost = self.costs.catchup_cost(catchup)
-            if cost is not None and cost <= self.config.max_probe_catchup:  # ... and cheap
-                return DraftPlan(model=1, probe=True)  # keeps the estimates fresh
+        if self.prober.due() and self.cheap_probe(catchup, remaining):
+            return DraftPlan(model=1, probe=True)  # keeps the estimates fresh
         return DraftPlan()
+
+    def cheap_probe(self, catchup: int, remaining: int | None) -> bool:
+        """Whether a probe's catch-up is cheap: at most max_probe_catchup target steps, or,
+        while V's slope rests on the prefill alone (only single-token forwards timed), at
+        most probe_budget of the steps the tokens left take at least (one each)."""
+        cost = self.costs.catchup_cost(catchup)
+        if cost is None:
+            return False
+        budget = 0.0
+        if remaining is not None and not self.costs.slope_measured:
+            budget = self.config.probe_budget * remaining
+        return cost <= max(self.config.max_probe_catchup, budget)
 
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:
         """The most tokens the draft model alone would draft this round (0: none)."""

@@ -36,6 +36,12 @@ class CostModel:
         """Whether a target step has been timed (before that, steps are 1.0 s)."""
         return bool(self.verify_times)
 
+    @property
+    def slope_measured(self) -> bool:
+        """Whether a target forward over several tokens (without a catch-up) has been timed;
+        until then V's slope is the prefill's time per token, or the prior."""
+        return any(n > 1 and times for n, times in self.verify_times.items())
+
     def draft_cost(self) -> float:
         """c: draft time per token in target steps."""
         if not self.draft_costs or not self.verify_times:
@@ -49,19 +55,19 @@ class CostModel:
 
     def catchup_cost(self, catchup: int) -> float | None:
         """Target steps to feed a lagging draft the catchup - 1 tokens beyond the usual one;
-        None while that cannot be estimated (no target step timed, and neither a catch-up
-        nor the target's prefill)."""
+        None while no target step has been timed. Per token: the timed catch-ups, else c
+        times the target's prefill (per token, in steps), never more than c (a forward over
+        m tokens costs at most m forwards over one), and c while neither has been timed."""
         if catchup <= 1:
             return 0.0
         if not self.verify_times:
             return None
+        per_token = self.draft_cost()
         if self.catchup_costs:
-            per_token = statistics.median(self.catchup_costs) / self.step_time()
+            per_token = min(per_token, statistics.median(self.catchup_costs) / self.step_time())
         elif self.prefill_costs:  # the draft's prefill ~ c times the target's
-            per_token = self.draft_cost() * statistics.median(self.prefill_costs)
-            per_token /= self.step_time()
-        else:
-            return None
+            prefill = statistics.median(self.prefill_costs) / self.step_time()
+            per_token = min(per_token, per_token * prefill)
         return (catchup - 1) * per_token
 
     def step_time(self) -> float:
@@ -100,8 +106,9 @@ class CostModel:
             return 1.0, slope_prior
         if len(points) == 1:
             n, median, _ = points[0]
-            if n == 1 and self.prefill_costs:  # a prefill is a forward over many tokens
-                return median, statistics.median(self.prefill_costs)
+            if n == 1 and self.prefill_costs:  # a prefill is a forward over many tokens;
+                # verifying n tokens at once costs at most n steps (a cold prefill is capped)
+                return median, min(statistics.median(self.prefill_costs), median)
             intercept = median / (1 + slope_prior * (n - 1))
             return intercept, slope_prior * intercept
         total = sum(w for _, _, w in points)

@@ -20,6 +20,14 @@ DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_N = 10  # prompts per task
 SMOKE_MAX_NEW_TOKENS = 16
 SMOKE_N = 1  # prompts per smoke task
+# Said after a smoke run's summary and in its table.md: its speedups are not a result.
+SMOKE_NOTE = (
+    "smoke run: random tiny models, whose draft rarely agrees with the target and whose "
+    "forwards are so small that per-round overhead dominates, so every speculative method "
+    "is expected to be slower than the target alone here. The run checks that every method "
+    "runs and that every output equals the target alone's (mismatches 0); measure speedups "
+    "with a real pair (--pair)."
+)
 MODEL_FLAGS_HELP = ModelFlagsHelp(  # bench needs both --target and --draft, or neither
     pair=f"pair preset name (default: {DEFAULT_PAIR}; 'tiny')",
     target="target model: preset name, folder, .gguf or hub id",
@@ -94,8 +102,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--out",
-        help="output folder (default: benchmarks/<pair>-<date>, e.g. "
-        "benchmarks/smoke-<date> with --smoke)",
+        help="output folder (default: benchmarks/<pair>-<date>; with --smoke a new "
+        "temporary folder, named on the first line)",
     )
 
 

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dynaspec.eval.bench.args import SMOKE_NOTE
 from dynaspec.eval.bench.fast_report import fast_section
 from dynaspec.eval.bench.methods import SPEEDUP_COLUMNS
 from dynaspec.eval.bench.plots import ACCEPTED_PLOT, SPEEDUP_PLOT, plot_accepted, plot_speedups
@@ -66,16 +67,23 @@ def _header(records: Sequence[BenchRecord]) -> list[str]:
         f"{machine.get('usable_cpus', '?')} usable CPUs, {machine.get('torch_threads', '?')} "
         f"torch threads",
         f"- torch {versions.get('torch')}, transformers {versions.get('transformers')}, "
-        f"dynaspec {versions.get('dynaspec')} at {sha}; scikit-learn "
-        + (
-            "installed (transformers' dynamic tunes its threshold online)"
-            if run.get("sklearn_available")
-            else "not installed (transformers' dynamic keeps its threshold at 0.4)"
-        ),
+        f"dynaspec {versions.get('dynaspec')} at {sha}" + _sklearn_clause(run),
         f"- started {run.get('started_at', '?')}",
         f"- command: `{run.get('command', '?')}`",
     ]
+    if run.get("pair") == "smoke":
+        lines.append(f"- {SMOKE_NOTE}")
     return lines
+
+
+def _sklearn_clause(run: dict) -> str:
+    """Whether transformers' dynamic tuned its threshold (not said of a smoke run, whose
+    reader has nothing to compare it with)."""
+    if run.get("pair") == "smoke":
+        return ""
+    if run.get("sklearn_available"):
+        return "; scikit-learn installed (transformers' dynamic tunes its threshold online)"
+    return "; scikit-learn not installed (transformers' dynamic keeps its threshold at 0.4)"
 
 
 def render_markdown(records: Sequence[BenchRecord], plots: Sequence[str] = ()) -> str:

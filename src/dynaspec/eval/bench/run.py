@@ -40,6 +40,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +56,7 @@ from dynaspec.eval.bench.args import (
     DEFAULT_N,
     SMOKE_MAX_NEW_TOKENS,
     SMOKE_N,
+    SMOKE_NOTE,
     add_bench_arguments,
     equivalent_command,
 )
@@ -130,7 +132,7 @@ def run_bench(args: argparse.Namespace) -> int:
     load_time = perf_counter() - load_start
     prompts = _render_prompts(args, texts, tokenizer)
     date = _dt.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out) if args.out else _default_out_dir(label, date)
+    out_dir = Path(args.out) if args.out else _default_out_dir(label, date, smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     command = provenance.command_line() or equivalent_command(args)
     run_info = run_metadata(
@@ -166,6 +168,8 @@ def run_bench(args: argparse.Namespace) -> int:
     markdown = render_report(jsonl_path, out_dir)
     print(markdown)
     print(summary_text(result, out_dir))
+    if args.smoke:
+        print(SMOKE_NOTE)
     bugs = [r for r in result.mismatches if r.mismatch is None or r.mismatch.kind != "tie"]
     return 1 if bugs else 0
 
@@ -490,7 +494,11 @@ def _pad_id(target: Any, tokenizer: Any) -> int | None:
     return pad
 
 
-def _default_out_dir(label: str, date: str) -> Path:
+def _default_out_dir(label: str, date: str, *, smoke: bool = False) -> Path:
+    """benchmarks/<label>-<date> (a time added when taken); a new temporary folder for a
+    smoke run, which checks the code and measures nothing worth keeping in the work tree."""
+    if smoke:
+        return Path(tempfile.mkdtemp(prefix=f"dynaspec-smoke-{date}-"))
     safe = "".join(ch if ch.isalnum() or ch in "._+-" else "-" for ch in label)
     base = Path("benchmarks") / f"{safe}-{date}"
     if not (base / "results.jsonl").exists():
