@@ -108,7 +108,7 @@ class FixedCostAdaptive(AdaptivePolicy):
         super().reset()
         self.costs = FixedCosts()
 
-    def _learn_rate(self, round: Round) -> None:
+    def _learn_rate(self, round: Round, tokens: int) -> None:
         pass
 
 

@@ -23,6 +23,7 @@ from dynaspec.core.batch_loop import Row, decode_batch
 from dynaspec.core.config import SamplingConfig, SpecConfig
 from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
+from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import resolve_settings
 from dynaspec.core.sharing import outside_inference_mode
@@ -33,6 +34,7 @@ from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.errors import IncompatibleModelsError, UnsupportedOptionError
 from dynaspec.policies import make_policy
 from dynaspec.policies.batch import PerRow
+from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
 
 # generate()'s own keywords that a batch call reads (besides the models and input_ids).
 BATCH_OPTIONS = (
@@ -88,10 +90,18 @@ def generate_batch(
     if draft_batch is not None or lookup is not None:
         drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
-        policy = PerRow([make_policy(spec) for _ in rows])
+        policy = batch_policy(spec, len(rows))
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy, limits)
     output = _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
+
+
+def batch_policy(spec: SpecConfig, rows: int) -> BatchPolicy:
+    """adaptive: one rule over the batch's shared forwards; the fixed schedules: a policy
+    per row, each as it would be alone."""
+    if spec.num_assistant_tokens_schedule == "adaptive":
+        return BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens)
+    return PerRow([make_policy(spec) for _ in range(rows)])
 
 
 def _refuse(target: Any, draft: Any, options: dict[str, Any], kwargs: dict[str, Any]) -> None:

@@ -85,10 +85,23 @@ class AdaptivePolicy:
         return CostStopper(self, plan.copy_accepted if plan.copy else 1.0)
 
     def update(self, round: Round) -> None:
-        self._learn_copied(round)
+        self.learn_tokens(round)
+        self.learn_forwards(round, round.num_accepted + 1)
+
+    def learn_tokens(self, round: Round) -> None:
+        """What the round's drafted tokens teach: the copied tokens' acceptance and the copy
+        prober, the draft model's calibration."""
+        if round.plan.copy_choice is not None:
+            self.lookup.prober.learn(round.plan.copy_choice)
+        if round.num_copied:
+            self.lookup.learn(round.agreement, round.num_copied, round.num_accepted)
         self.calibration.learn(*_model_tokens(round))
+
+    def learn_forwards(self, round: Round, tokens: int) -> None:
+        """What the round's forwards teach (their costs; the rate, from the `tokens` they
+        yielded) and whether the draft model ran (its prober)."""
         self.costs.learn(round)
-        self._learn_rate(round)
+        self._learn_rate(round, tokens)
         if not round.num_model:  # the draft model proposed nothing
             self.prober.learn(Choice.DECLINED)
         else:
@@ -123,11 +136,13 @@ class AdaptivePolicy:
         """The most tokens the draft model alone would draft this round (0: none)."""
         return self.model_plan(catchup, remaining).model
 
-    def threshold(self, num_drafted: int) -> float:
-        """rho * marginal cost (target steps) of drafting token num_drafted + 1."""
+    def threshold(self, num_drafted: int, floor: float = 1.0) -> float:
+        """rho * marginal cost (target steps) of drafting token num_drafted + 1; rho is
+        never taken below `floor`, what the target alone yields per step (1 token; a batch's
+        rows: one each)."""
         marginal = self.costs.draft_cost() + self.costs.verify_cost(num_drafted + 2)
         marginal -= self.costs.verify_cost(num_drafted + 1)
-        return max(self.rate, 1.0) * marginal
+        return max(self.rate, floor) * marginal
 
     def verify_step(self, num_drafted: int) -> float:
         """V(k + 1) - V(k): what verifying drafted token k costs on top (target steps)."""
@@ -160,21 +175,14 @@ class AdaptivePolicy:
         return best
 
     # ---- learning -----------------------------------------------------------------------
-    def _learn_copied(self, round: Round) -> None:
-        if round.plan.copy_choice is not None:
-            self.lookup.prober.learn(round.plan.copy_choice)
-        if round.num_copied:
-            self.lookup.learn(round.agreement, round.num_copied, round.num_accepted)
-
-    def _learn_rate(self, round: Round) -> None:
+    def _learn_rate(self, round: Round, tokens: int) -> None:
         if round.num_verified != round.num_drafted + 1:
             return
         steps = (round.draft_time_s + round.target_time_s) / self.costs.step_time()
         if steps <= 0:
             return
         decay = self.config.rate_decay
-        round_rate = (round.num_accepted + 1) / steps
-        self.rate = decay * self.rate + (1 - decay) * round_rate
+        self.rate = decay * self.rate + (1 - decay) * (tokens / steps)
 
 
 class CostStopper:

@@ -1,0 +1,136 @@
+"""The adaptive rule for a batch: one set of estimates for all rows, one decision for the
+batch's forwards (docs/adaptive.md, "Batches").
+
+A batch round costs what its batched forwards cost, whichever rows use them: c per draft
+forward (one per drafted position, for every drafting row at once) and V_B(W) for the
+target's forward over a block W tokens wide. So the rows draft together and stop together:
+the draft goes on while the rows' summed expected gain beats the batch's rate rho_B (tokens
+of all rows per batch step) times the marginal cost,
+
+    sum over drafting rows of P_(r,k) * a_(r,k+1)  >  rho_B * (c + V_B(k + 2) - V_B(k + 1)),
+
+and a round drafts at all when the rows' summed first-token acceptance beats the cost of the
+first column. With one row this is `AdaptivePolicy`'s rule. The estimates (calibration,
+costs measured on batch forwards, rho_B, copied tokens' acceptance, probers) are one
+`AdaptivePolicy`'s; each row's copies are planned as alone, with those estimates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
+from dynaspec.policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from dynaspec.policies.source_plan import plan_with_copy
+
+
+class BatchAdaptivePolicy:
+    """`core.protocols.BatchPolicy`: the cost-aware rule over a batch's shared forwards."""
+
+    name = "adaptive"
+
+    def __init__(
+        self, rows: int, max_tokens: int = 20, config: AdaptiveConfig | None = None
+    ) -> None:
+        self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
+        self.shared.rate = float(rows)  # rho_B before anything is measured: the target alone
+
+    def plan(
+        self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
+    ) -> list[DraftPlan]:
+        shared = self.shared
+        ready = [
+            row
+            for row, offer in enumerate(options)
+            if offer is not None
+            and offer.catchup is not None
+            and shared.worth_starting(offer.catchup, remaining[row])
+        ]
+        model = DraftPlan()
+        going = sum(offer is not None for offer in options)  # rows the target alone serves
+        gain = len(ready) * shared.calibration.first_token_acceptance()
+        if ready and gain > shared.threshold(0, floor=going):
+            model = DraftPlan(model=shared.config.max_tokens)
+        elif ready and shared.prober.due():
+            cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
+            catchup = options[cheapest].catchup  # type: ignore[union-attr]
+            if shared.cheap_probe(catchup, remaining[cheapest]):
+                model = DraftPlan(model=1, probe=True)  # keeps the estimates fresh
+        plans = []
+        for row, offer in enumerate(options):
+            alone = model if row in ready else DraftPlan()
+            if offer is None:
+                plans.append(DraftPlan())
+            elif offer.num_copy:
+                plans.append(plan_with_copy(shared, offer, remaining[row], alone))
+            else:
+                plans.append(alone)
+        return plans
+
+    def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper:
+        drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}
+        going = sum(plan.total > 0 for plan in plans)
+        return JointStopper(self.shared, drafting, float(max(going, 1)))
+
+    def update(self, rounds: Sequence[Round | None]) -> None:
+        done = [record for record in rounds if record is not None]
+        if not done:
+            return
+        for record in done:
+            self.shared.learn_tokens(record)
+        tokens = sum(record.num_accepted + 1 for record in done)
+        self.shared.learn_forwards(batch_round(done), tokens)
+
+
+class JointStopper:
+    """Stops every drafting row at once when their summed gain no longer pays (a
+    `core.protocols.BatchStopper`)."""
+
+    def __init__(self, shared: AdaptivePolicy, plans: dict[int, DraftPlan], floor: float) -> None:
+        self.shared = shared
+        self.plans = plans  # the drafting rows' plans
+        self.floor = floor  # rho_B is never taken below what the target alone yields
+        # P_(r,k) of each drafting row: from the copied tokens' Q_m (1 without a copy)
+        self.prefixes = {
+            row: plan.copy_accepted if plan.copy else 1.0 for row, plan in plans.items()
+        }
+
+    def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
+        if not steps:
+            return {}
+        gain, widest = 0.0, 0
+        for row, step in steps.items():
+            accept = self.shared.calibration.acceptance(step.confidence)
+            self.prefixes[row] *= accept
+            plan = self.plans[row]
+            if step.index + 1 - plan.copy < plan.model:  # the row may draft one more
+                gain += self.prefixes[row] * accept
+            widest = max(widest, step.index + 1)
+        if gain <= self.shared.threshold(widest, floor=self.floor):
+            return dict.fromkeys(steps, StopReason.COST)
+        return {}
+
+
+def batch_round(rounds: Sequence[Round]) -> Round:
+    """The batch's forwards as one round, for the cost model: the target's block as wide as
+    the widest row's tokens, the draft's forwards as many as the row that took part in
+    all of them, the shared times."""
+    widest = max(rounds, key=lambda r: r.num_verified)
+    longest = max(rounds, key=lambda r: r.draft_forwards)
+    most_model = max(r.num_model for r in rounds)  # the prober asks: did the model draft?
+    probe = any(r.plan.probe for r in rounds)
+    return Round(
+        plan=DraftPlan(model=longest.plan.model, probe=probe),
+        stop_reason=StopReason.MAX,
+        num_drafted=widest.num_drafted,
+        num_copied=max(widest.num_drafted - most_model, 0),
+        num_accepted=widest.num_accepted,
+        num_emitted=widest.num_emitted,
+        num_verified=widest.num_verified,
+        agreement=0,
+        catchup=max(r.catchup for r in rounds),
+        draft_forwards=longest.draft_forwards,
+        confidences=(),
+        draft_time_s=longest.draft_time_s,
+        target_time_s=widest.target_time_s,
+    )

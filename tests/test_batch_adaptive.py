@@ -1,0 +1,93 @@
+"""The adaptive rule for batches (policies/batch_adaptive.py): with one row it is the
+single-sequence rule, decision for decision; with several, the rows' gains are summed
+against the batch's cost and the rows stop together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from decision_scenarios import SCENARIOS, Outcome, Planned, trace
+from round_helpers import make_round
+
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep
+from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy, batch_round
+
+TRACES = json.loads((Path(__file__).parent / "data" / "decision_traces.json").read_text())
+
+
+def one_row_driver(schedule: str):
+    """The scenario's calls through a batch policy of one row."""
+    policy = BatchAdaptivePolicy(rows=1, max_tokens=20)
+    plans: dict[int, DraftPlan] = {}
+
+    def plan(catchup, copy_tokens, agreement, remaining):
+        copy = torch.zeros(copy_tokens, dtype=torch.long) if copy_tokens else None
+        offer = DraftOptions(catchup, copy, agreement if copy_tokens else 0)
+        made = policy.plan([offer], [remaining])[0]
+        planned = Planned(made.copy, made.model)
+        plans[id(planned)] = made
+        return planned
+
+    def start(planned):
+        stopper = policy.stopper([plans[id(planned)]])
+        return lambda i, pos, tok, conf: bool(stopper.stop({0: DraftStep(i, pos, tok, conf)}))
+
+    def update(planned, o: Outcome):
+        made = plans.pop(id(planned))
+        record = make_round(
+            o.drafted, o.accepted, o.confidences, o.draft_time_s, o.target_time_s, o.verified,
+            o.draft_forwards, o.catchup, o.copied, o.agreement, plan=made,
+        )  # fmt: skip
+        policy.update([record])
+
+    return plan, start, update
+
+
+ADAPTIVE = [s for s in SCENARIOS if s[0] == "adaptive"]
+
+
+@pytest.mark.parametrize("scenario", ADAPTIVE, ids=lambda s: "/".join(map(str, s)))
+def test_one_row_decides_as_the_single_sequence_rule(scenario) -> None:
+    assert trace(one_row_driver, *scenario) == TRACES["/".join(map(str, scenario))]
+
+
+def step(index: int, confidence: float) -> DraftStep:
+    return DraftStep(index, 10 + index, 1, confidence)
+
+
+def test_the_rows_gains_are_summed_and_the_rows_stop_together() -> None:
+    # Fresh priors: c = 0.25, V(n) = 1 + 0.05 (n - 1), calibration = identity, and rho_B
+    # never below the 2 rows the target alone serves: threshold(1) = 2 x 0.30 = 0.60.
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20)
+    plans = [DraftPlan(model=20), DraftPlan(model=20)]
+    # Row 0 at 0.95 (gain 0.9025), row 1 at 0.45 (gain 0.2025, which alone would stop
+    # at its own threshold 0.30): together 1.105 > 0.60, both go on.
+    assert policy.stopper(plans).stop({0: step(0, 0.95), 1: step(0, 0.45)}) == {}
+    # Both at 0.45: 0.405 <= 0.60, both stop, for the cost.
+    stopped = policy.stopper(plans).stop({0: step(0, 0.45), 1: step(0, 0.45)})
+    assert stopped == {0: "cost", 1: "cost"}
+
+
+def test_the_batch_drafts_when_the_rows_first_tokens_pay_together() -> None:
+    policy = BatchAdaptivePolicy(rows=3, max_tokens=20)
+    offers = [DraftOptions(1), DraftOptions(1), None]  # the third row has ended
+    plans = policy.plan(offers, [50, 50, 0])
+    # 2 x a_1 (0.8) = 1.6 > rho_B (2 rows going) x 0.30
+    assert [p.model for p in plans] == [20, 20, 0]
+    policy.shared.calibration.first_accepted, policy.shared.calibration.first_total = 0.0, 40.0
+    # a_1 = 1.6 / 42: 2 x 0.038 < 0.60: a plain batched target step
+    assert [p.model for p in policy.plan(offers, [50, 50, 0])] == [0, 0, 0]
+
+
+def test_the_batch_round_is_as_wide_as_its_widest_row() -> None:
+    rows = [
+        make_round(3, 1, (0.9,) * 3, 0.3, 0.5, 4, 3, 1),
+        make_round(1, 1, (0.9,), 0.1, 0.5, 2, 1, 1),
+        make_round(2, 2, (1.0, 1.0), 0.0, 0.5, 3, 0, 0, num_copied=2),
+    ]
+    merged = batch_round(rows)
+    assert (merged.num_verified, merged.num_drafted, merged.draft_forwards) == (4, 3, 3)
+    assert (merged.draft_time_s, merged.target_time_s, merged.num_model) == (0.3, 0.5, 3)
