@@ -9,42 +9,20 @@ those of the single-sequence loop (core/loop.py); only the forwards are shared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Protocol
 
 import torch
 
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import Checked, accept, cut
 from dynaspec.core.processing import Emission
-from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, BatchStopper
-from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, Round, StopReason
+from dynaspec.core.protocols import BatchDrafter, BatchModelAdapter, BatchPolicy
+from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
 from dynaspec.core.validation import check_finite
-
-
-class BatchDrafter(Protocol):
-    """Draft sources for the rows of a batch (drafters/batch.py)."""
-
-    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
-
-    def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions: ...
-
-    def propose(
-        self,
-        tokens: Sequence[torch.Tensor | None],
-        options: Sequence[DraftOptions | None],
-        plans: Sequence[DraftPlan],
-        stopper: BatchStopper,
-        samplers: Sequence[TokenSampler],
-        eos_token_ids: tuple[int, ...],
-    ) -> list[Proposal | None]: ...
-
-    def crop(self, num_committed: Sequence[int]) -> None: ...
 
 
 @dataclass
@@ -66,7 +44,8 @@ class Row:
 
 @dataclass(frozen=True)
 class _Drafts:
-    """The drafting half of a batch round, per row (None for a row that has ended)."""
+    """The drafting half of a batch round, per row (an ended row: an empty plan and
+    proposal)."""
 
     plans: list[DraftPlan]
     proposals: list[Proposal]

@@ -181,3 +181,25 @@ class Drafter(Protocol):
     def crop(self, num_committed: int) -> None:
         """After a round: forget anything beyond the first `num_committed` tokens."""
         ...
+
+
+@runtime_checkable
+class BatchDrafter(Protocol):
+    """Draft sources for the rows of a batch (drafters/batch.py): per row an offer, one
+    `propose` for all rows (the draft model batched), a rollback per row."""
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
+
+    def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions: ...
+
+    def propose(
+        self,
+        tokens: Sequence[torch.Tensor | None],
+        options: Sequence[DraftOptions | None],
+        plans: Sequence[DraftPlan],
+        stopper: BatchStopper,
+        samplers: Sequence[TokenSampler],
+        eos_token_ids: tuple[int, ...],
+    ) -> list[Proposal | None]: ...
+
+    def crop(self, num_committed: Sequence[int]) -> None: ...
