@@ -21,6 +21,7 @@ from dynaspec.errors import (
     InputError,
     NumericalError,
     UnsupportedModelError,
+    UnsupportedOptionError,
 )
 
 VOCAB_SIZE = 16
@@ -102,10 +103,12 @@ def test_empty_prompt() -> None:
     )
 
 
-def test_batch_larger_than_one() -> None:
+def test_a_batch_of_adapters_that_decode_one_sequence() -> None:
+    """Batches (tests/test_batch.py) need transformers models; an adapter of one sequence
+    is refused with the way out."""
     raises(
-        InputError,
-        r"batch size 2 is not supported yet.*call generate\(\) once per prompt",
+        UnsupportedOptionError,
+        r"ScriptedModel decodes one sequence.*call generate\(\) once per prompt",
         scripted(),
         scripted(),
         torch.tensor([[1, 2], [3, 4]]),
