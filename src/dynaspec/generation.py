@@ -76,6 +76,8 @@ def generate(
     copied per round (adaptive copies what pays, so 32 suits it; the fixed schedules copy the
     whole match, as transformers does, whose usual is 10). `input_ids` (B, T) with its
     `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
+    The pair is checked by vocabulary size only (bare models carry no tokenizer); load_pair,
+    load_models and the CLI also check the token lists (docs/models.md).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     check_call_arguments(seed, streamer, policy)

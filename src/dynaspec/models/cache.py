@@ -543,15 +543,23 @@ def ensure_file_folder(
     if not path.is_file():
         raise ModelNotAvailableError(f"GGUF file {path} does not exist: check the path")
     verify_gguf(path, fix="pass a .gguf file (a GGUF starts with the bytes 'GGUF')")
-    stat = path.stat()
-    key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    folder = resolve_cache_dir(cache_dir) / "hf" / f"file-{path.stem}-{key}-{dtype_name(dtype)}"
+    folder = file_folder(path, dtype, cache_dir)
     if is_complete_folder(folder):
         return folder
     check_gguf_structure(path, fix="download it again, or check the path")
     writable_folder(folder.parent)  # an unwritable cache fails before the line
     say_converting(path.name, dtype)
     return build_folder(path, folder, dtype=dtype, source={"source_path": str(path)})
+
+
+def file_folder(
+    gguf_path: Path, dtype: torch.dtype, cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """The cache folder of an existing .gguf file in `dtype` (see ensure_file_folder)."""
+    path = Path(gguf_path).expanduser().resolve()
+    stat = path.stat()
+    key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return resolve_cache_dir(cache_dir) / "hf" / f"file-{path.stem}-{key}-{dtype_name(dtype)}"
 
 
 def check_gguf_structure(path: Path, *, fix: str) -> None:

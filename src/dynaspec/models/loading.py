@@ -45,6 +45,12 @@ from dynaspec.models.presets import (
     pair_presets,
 )
 from dynaspec.models.quiet import no_progress_bars
+from dynaspec.models.vocab import (
+    check_gguf_pair,
+    check_same_vocabulary,
+    gguf_source,
+    tokenizer_vocabulary,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -283,24 +289,30 @@ def check_pair_compatible(
 ) -> None:
     """Raise IncompatibleModelsError unless draft and target share tokens and logit width.
 
-    Checks: identical vocabularies (token -> id), identical tokenization of a probe
-    text, equal eos id, and equal number of lm_head rows (the logits' last dimension).
+    Checks: identical vocabularies (the same token for every id), identical tokenization
+    of a probe text, equal eos id, and equal number of lm_head rows (the logits' last
+    dimension).
     """
     _check_tokenizers(target_tokenizer, draft_tokenizer)
     _check_logit_widths(_logit_width(target), _logit_width(draft))
 
 
 def _check_tokenizers(
-    target_tokenizer: PreTrainedTokenizerBase, draft_tokenizer: PreTrainedTokenizerBase
+    target_tokenizer: PreTrainedTokenizerBase,
+    draft_tokenizer: PreTrainedTokenizerBase,
+    names: tuple[str, str] | None = None,
+    *,
+    same_eos: bool = True,
 ) -> None:
-    target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
-    if target_vocab != draft_vocab:
-        differing = len(set(target_vocab.items()) ^ set(draft_vocab.items()))
-        raise IncompatibleModelsError(
-            f"draft vocabulary ({len(draft_vocab)} tokens) differs from the target's "
-            f"({len(target_vocab)} tokens; {differing} token/id entries differ): pick a draft "
-            "from the same model family, trained with the same tokenizer"
-        )
+    """The vocabularies and the split of a probe text must agree; with `same_eos` the eos
+    ids too. `names`: (target, draft) as the caller gave them, for the message."""
+    target_name, draft_name = names or (None, None)
+    check_same_vocabulary(
+        tokenizer_vocabulary(target_tokenizer),
+        tokenizer_vocabulary(draft_tokenizer),
+        target_name=target_name,
+        draft_name=draft_name,
+    )
     target_ids = target_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
     draft_ids = draft_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
     if target_ids != draft_ids:
@@ -308,7 +320,7 @@ def _check_tokenizers(
             "draft and target tokenizers have the same vocabulary but split text differently "
             "(different merges or pre-tokenizer): pick a draft with the target's tokenizer"
         )
-    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
+    if same_eos and target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
         raise IncompatibleModelsError(
             f"draft eos id {draft_tokenizer.eos_token_id} != target eos id "
             f"{target_tokenizer.eos_token_id}: pick a draft with the target's tokenizer"
@@ -363,6 +375,8 @@ def load_pair(
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
             model_cache.locate_slices(preset)
+    sources = [gguf_source(p, _gguf_dtype(dtype, d), cache_dir) for p, d in presets]
+    check_gguf_pair(*sources, target_name=pair.target, draft_name=pair.draft)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
     fast = {"static": static, "compile": compile}
@@ -378,7 +392,7 @@ def load_pair(
     draft, draft_tokenizer = load_preset(
         draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
     )
-    _check_tokenizers(target_tokenizer, draft_tokenizer)
+    _check_tokenizers(target_tokenizer, draft_tokenizer, (pair.target, pair.draft))
     _check_logit_widths(target_rows, _logit_width(draft))
     return ModelPair(
         name=pair.name,
@@ -497,10 +511,16 @@ def load_models(
             pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
         )
         return loaded.target, loaded.draft, loaded.tokenizer
+    names = (os.fspath(target), os.fspath(draft or ""))
+    if draft is not None and with_draft:  # two GGUFs: their headers, before converting
+        sources = [gguf_source(name, _gguf_dtype(dtype)) for name in (target, draft)]
+        check_gguf_pair(*sources, target_name=names[0], draft_name=names[1])
     target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
     draft_model = None
     if draft is not None and with_draft:
-        draft_model, _ = _load_model(draft, dtype=dtype, threads=threads)
+        draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads)
+        # eos ids may differ (an instruct target, a base draft): the vocabularies may not
+        _check_tokenizers(tokenizer, draft_tokenizer, names, same_eos=False)
         draft_model = make_fast(draft_model, **draft_fast)
     return target_model, draft_model, tokenizer
 
