@@ -82,6 +82,11 @@ def test_negative_threads(capsys) -> None:
     assert "argument --threads: must be >= 1, got -1; omit --threads to use every core" in line
 
 
+def test_too_many_assistant_tokens(capsys) -> None:
+    line = usage_error(capsys, "generate", "--num-assistant-tokens", "5000", "hi")
+    assert "--num-assistant-tokens: 5000 tokens per round is more than the most, 1024" in line
+
+
 def test_zero_threads(capsys) -> None:
     assert "argument --threads: must be >= 1, got 0" in usage_error(
         capsys, "generate", "--threads", "0", "hi"

@@ -68,14 +68,20 @@ def generate_batch(
     streamer, policy, prompt lookup, generation_config, logits_processor, stopping_criteria,
     tokenizer), `kwargs` transformers' generation keywords."""
     started = time.time()
-    _refuse(target, draft, options, kwargs)
+    _refuse(target, draft, options)
     ids, mask = check_batch(input_ids, attention_mask, kwargs.get("pad_token_id"))
-    settings = resolve_settings(
-        kwargs, target, options.get("generation_config"), ids.shape[1], options.get("seed")
-    )
-    limits = settings.limits
     target_batch = HFBatchAdapter(target)
     draft_batch = HFBatchAdapter(draft) if draft is not None else None
+    settings = resolve_settings(
+        kwargs,
+        target,
+        options.get("generation_config"),
+        ids.shape[1],
+        options.get("seed"),
+        target_batch.vocab_size,
+    )
+    _refuse_outputs(settings.outputs, kwargs)
+    limits = settings.limits
     _check_pair(target_batch, draft_batch)
     check_token_ids(ids, target_batch.vocab_size)
     ids, mask = ids.to(target_batch.device), mask.to(target_batch.device)
@@ -104,7 +110,7 @@ def batch_policy(spec: SpecConfig, rows: int) -> BatchPolicy:
     return PerRow([make_policy(spec) for _ in range(rows)])
 
 
-def _refuse(target: Any, draft: Any, options: dict[str, Any], kwargs: dict[str, Any]) -> None:
+def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
     """Typed errors for what a batch does not do yet, each naming what to do instead."""
     one_at_a_time = "; call generate() once per prompt (input_ids of shape (1, T))"
     if options.get("streamer") is not None:
@@ -117,16 +123,21 @@ def _refuse(target: Any, draft: Any, options: dict[str, Any], kwargs: dict[str, 
             "policy= is one policy object, and every row of a batch learns with its own: "
             "pass num_assistant_tokens_schedule= (each row gets a fresh policy)" + one_at_a_time
         )
-    if kwargs.get("output_scores") or kwargs.get("output_logits"):
-        raise UnsupportedOptionError(
-            "output_scores/output_logits are not returned for batches yet" + one_at_a_time
-        )
     for model in (target, draft):
         if model is not None and not (hasattr(model, "config") and callable(model)):
             raise UnsupportedOptionError(
                 f"a {type(model).__name__} decodes one sequence: batches need transformers "
                 "models (load without static=/compile=/quantize=)" + one_at_a_time
             )
+
+
+def _refuse_outputs(outputs: Any, call: dict[str, Any]) -> None:
+    """output_scores/output_logits passed to the call (as checked into `outputs`)."""
+    if any(getattr(outputs, name) and name in call for name in ("output_scores", "output_logits")):
+        raise UnsupportedOptionError(
+            "output_scores/output_logits are not returned for batches yet; call generate() "
+            "once per prompt (input_ids of shape (1, T))"
+        )
 
 
 def _check_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> None:

@@ -76,8 +76,7 @@ def generate(
     copied per round (adaptive copies what pays, so 32 suits it; the fixed schedules copy the
     whole match, as transformers does, whose usual is 10). `input_ids` (B, T) with its
     `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
-    The pair is checked by vocabulary size only (bare models carry no tokenizer); load_pair,
-    load_models and the CLI also check the token lists (docs/models.md).
+    Bare models are paired by vocabulary size; load_pair checks token lists (docs/models.md).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     check_call_arguments(seed, streamer, policy)
@@ -92,7 +91,9 @@ def generate(
     prompt = check_prompt(input_ids)
     target_adapter, draft_adapter = _checked_adapters(target, draft, prompt, attention_mask)
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
-    settings = resolve_settings(kwargs, target, generation_config, input_length, seed)
+    settings = resolve_settings(
+        kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
+    )
     limits = settings.limits
     models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
     check_lengths(models, prompt.shape[1], limits.max_new_tokens)

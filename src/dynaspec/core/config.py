@@ -12,6 +12,9 @@ from dynaspec.errors import ConfigError
 # it drafts only while its measured costs say drafting pays. "dynamic" is the published
 # confidence rule (Mamou et al. 2024), transformers' default.
 DEFAULT_SCHEDULE = "adaptive"
+# The most tokens one round may draft: far beyond where drafting pays (each drafted token is
+# accepted with probability < 1), and the adaptive schedule weighs every length up to it.
+MAX_ASSISTANT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,24 @@ class SpecConfig:
                 f"num_assistant_tokens must be >= 1, got {self.num_assistant_tokens}; "
                 "pass draft=None to decode with the target alone"
             )
+        if self.num_assistant_tokens > MAX_ASSISTANT_TOKENS:
+            too_many = f"{self.num_assistant_tokens} tokens per round is more than the most, "
+            raise ConfigError(
+                f"num_assistant_tokens: {too_many}{MAX_ASSISTANT_TOKENS}: pass at most that",
+                cli_message=f"--num-assistant-tokens: {too_many}{MAX_ASSISTANT_TOKENS}: give "
+                "at most that",
+            )
+        if not isinstance(self.num_assistant_tokens_schedule, str):
+            raise ConfigError(
+                "num_assistant_tokens_schedule must be a schedule's name (a str, e.g. "
+                f'"adaptive"), got {self.num_assistant_tokens_schedule!r}'
+            )
         threshold = self.assistant_confidence_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise ConfigError(
+                "assistant_confidence_threshold must be a number in [0, 1], got "
+                f"{threshold!r}; 0 turns the confidence stop off"
+            )
         if not 0.0 <= threshold <= 1.0:
             raise ConfigError(
                 f"assistant_confidence_threshold must lie in [0, 1], got {threshold}; "

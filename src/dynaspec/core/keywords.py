@@ -66,6 +66,13 @@ def positive(value: Any, context: Any) -> bool:
     return value is not None and value > 0
 
 
+def within_prompt(value: Any, context: BuildContext | None) -> bool:
+    """Positive and no longer than the prompt: a longer n-gram cannot occur in it, and
+    transformers would list all of its (zero) n-grams through `value` slices of the prompt."""
+    prompt = None if context is None else context.prompt
+    return positive(value, context) and (prompt is None or value <= prompt.shape[-1])
+
+
 def below_one(value: Any, context: Any) -> bool:
     return value is not None and value < 1.0
 
@@ -197,7 +204,7 @@ KEYWORDS: tuple[Keyword, ...] = (
         int,
         "no n-gram of the prompt is repeated",
         lambda value, c: lp.EncoderNoRepeatNGramLogitsProcessor(value, c.prompt),
-        positive,
+        within_prompt,
     ),
     processor(
         "bad_words_ids",

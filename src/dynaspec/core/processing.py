@@ -32,7 +32,7 @@ from transformers.generation.stopping_criteria import (
 
 from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
 from dynaspec.core.keywords import LAST, PROCESSORS, WARPERS, BuildContext, of_stage
-from dynaspec.errors import ConfigError, UnsupportedOptionError
+from dynaspec.errors import ConfigError, NumericalError, UnsupportedOptionError, one_line
 
 # Processors that look at the scores only (not input_ids): one call serves every row. A new
 # one belongs here for speed only: given the tokens, the row-by-row path is just as exact.
@@ -61,10 +61,11 @@ REFUSED = {
 
 
 def _make(keyword: str, value: Any, factory: Any, *args: Any, **kwargs: Any) -> Any:
-    """factory(*args, **kwargs); transformers' ValueError becomes a ConfigError naming `keyword`."""
+    """factory(*args, **kwargs); transformers' ValueError (or the KeyError, IndexError of its
+    checks on a malformed value) becomes a ConfigError naming `keyword`."""
     try:
         return factory(*args, **kwargs)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, KeyError, IndexError) as err:
         raise ConfigError(f"{keyword}={value!r} is invalid: {err}") from err
 
 
@@ -156,7 +157,7 @@ def apply_processors(
     scores = logits.to(torch.float32, copy=True)  # processors may write in place
     if all(type(p) in ROW_INDEPENDENT for p in processors):
         for processor in processors:
-            scores = processor(None, scores)
+            scores = _call(processor, None, scores)
         return scores
     if tokens is None:
         raise ValueError("these logits processors need the sequence so far (tokens=)")
@@ -170,9 +171,21 @@ def apply_processors(
     for index in range(scores.shape[0]):
         row = scores[index : index + 1]  # (1, V)
         for processor in processors:
-            row = processor(sequence[:, : first + index], row)
+            row = _call(processor, sequence[:, : first + index], row)
         rows.append(row)
     return torch.cat(rows)  # (n, V)
+
+
+def _call(processor: Any, input_ids: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor:
+    """processor(input_ids, scores); Python's float overflow inside it (a huge factor or
+    exponent, e.g. exponential_decay_length_penalty's) becomes a NumericalError naming it."""
+    try:
+        return processor(input_ids, scores)
+    except OverflowError as error:
+        raise NumericalError(
+            f"{type(processor).__name__} overflowed ({one_line(error)}): the value passed to "
+            "it is too large; pass a smaller one"
+        ) from error
 
 
 def build_stopping(

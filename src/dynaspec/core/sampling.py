@@ -23,6 +23,7 @@ from transformers.generation.logits_process import LogitsProcessor
 
 from dynaspec.core.config import SamplingConfig
 from dynaspec.core.processing import apply_processors, build_warpers
+from dynaspec.errors import NumericalError
 
 
 class TokenSampler:
@@ -81,7 +82,15 @@ class TokenSampler:
 
     def sample(self, probs: torch.Tensor) -> torch.Tensor:
         """One token (0-dim LongTensor) drawn from a (V,) distribution, on its device."""
-        return torch.multinomial(probs, 1, generator=self.generator(probs.device))[0]
+        try:
+            return torch.multinomial(probs, 1, generator=self.generator(probs.device))[0]
+        except RuntimeError as error:  # NaN, inf or negative: the processed scores were
+            names = ", ".join(type(p).__name__ for p in self.processors) or "none"
+            raise NumericalError(
+                "the distribution to sample from holds NaN, inf or negative values after "
+                f"the processors ({names}): check their values (a NaN or +inf bias, "
+                "penalty or factor), or the weights and dtype"
+            ) from error
 
     def generator(self, device: torch.device | str) -> torch.Generator | None:
         """The seeded generator on `device` (made on first use); None when not seeded."""

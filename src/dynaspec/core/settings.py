@@ -28,7 +28,12 @@ from transformers import GenerationConfig
 
 from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
 from dynaspec.core.keywords import DEFAULT_MAX_NEW_TOKENS, KEYWORDS, GenerationKwargs, of_record
-from dynaspec.core.validation import eos_ids, warn_unfeasible_lengths
+from dynaspec.core.validation import (
+    check_keyword_types,
+    check_token_keywords,
+    eos_ids,
+    warn_unfeasible_lengths,
+)
 from dynaspec.errors import ConfigError, UnsupportedOptionError
 
 # Read from a generation config (the checkpoint's or the call's) when set explicitly there:
@@ -38,6 +43,8 @@ _FROM_CONFIG = tuple(
     for keyword in KEYWORDS
     if keyword.record != "accepted" and keyword.name != "eos_token_id"
 )
+
+_TYPES = {keyword.name: keyword.type for keyword in KEYWORDS}
 
 
 @dataclass(frozen=True)
@@ -68,11 +75,13 @@ def resolve_settings(
     generation_config: Any,
     input_length: int,
     seed: int | None,
+    vocab_size: int = 0,
 ) -> GenerationSettings:
     """The settings of one call: `call` keywords over `generation_config` (else the target's).
 
     input_length: tokens the decoder starts from (the prompt; 1 for encoder-decoder models),
-    against which `max_length` and `min_length` count.
+    against which `max_length` and `min_length` count. vocab_size: the target's, which
+    token ids must lie below (0: unchecked).
     """
     _check_names(call)
     checkpoint = getattr(target, "generation_config", None)
@@ -82,11 +91,13 @@ def resolve_settings(
     origin = {key: f"{key}={value!r} (set by {source})" for key, value in values.items()}
     values.update(call)
     origin.update({key: f"{key}={value!r}" for key, value in call.items()})
+    values = check_keyword_types(values, _TYPES, origin)
+    check_token_keywords(values, origin, vocab_size)
     _refuse(values, origin)
     sampling = SamplingConfig(seed=seed, **_record("sampling", values))
     limits = LimitsConfig(
         max_new_tokens=_max_new_tokens(values, input_length),
-        eos_token_ids=eos_ids(_eos(call, base, checkpoint), None),
+        eos_token_ids=eos_ids(_eos(values, base, checkpoint), None),
         max_time=values.get("max_time"),
         stop_strings=_strings(values.get("stop_strings")),
     )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
+import types
+import typing
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -51,6 +55,8 @@ def check_call_arguments(seed: Any, streamer: Any, policy: Any) -> None:
     """Raises ConfigError for generate()'s own arguments of the wrong kind."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"seed must be an int (e.g. seed=0) or None, got {seed!r}")
+    if seed is not None and not -(2**63) <= seed < 2**64:  # what torch.Generator takes
+        raise ConfigError(f"seed must lie in [-2**63, 2**64) (e.g. seed=0), got {seed}")
     if streamer is not None and not all(
         callable(getattr(streamer, name, None)) for name in ("put", "end")
     ):
@@ -191,7 +197,7 @@ def check_attention_mask(attention_mask: Any, input_ids: torch.Tensor) -> None:
     """Accepts None or an all-ones mask of the prompt's shape; refuses padding."""
     if attention_mask is None:
         return
-    mask = torch.as_tensor(attention_mask)
+    mask = _as_mask(attention_mask)
     if mask.dim() == 1:
         mask = mask.unsqueeze(0)
     if tuple(mask.shape) != tuple(input_ids.shape):
@@ -205,6 +211,24 @@ def check_attention_mask(attention_mask: Any, input_ids: torch.Tensor) -> None:
             "the padded positions (input_ids[:, attention_mask[0].bool()]) or tokenize the "
             "prompt alone, without padding"
         )
+
+
+def _as_mask(attention_mask: Any) -> torch.Tensor:
+    """The mask as a tensor of 0 (padding) and 1 (token), or InputError."""
+    try:
+        mask = torch.as_tensor(attention_mask)
+    except (TypeError, ValueError, RuntimeError):
+        mask = None
+    if mask is None or mask.dtype.is_complex:
+        got = f"a {type(attention_mask).__name__}"
+    elif not bool(((mask == 0) | (mask == 1)).all()):
+        got = "values other than 0 and 1"
+    else:
+        return mask
+    raise InputError(
+        f"attention_mask must hold 0 (padding) and 1 (token) only, got {got}: pass the mask "
+        "the tokenizer returned with these input_ids, or none"
+    )
 
 
 def check_batch(
@@ -224,14 +248,12 @@ def check_batch(
                 "pass the attention_mask the tokenizer returned with the padded batch"
             )
         return ids, torch.ones_like(ids)
-    mask = torch.as_tensor(attention_mask).to(ids.device)
+    mask = _as_mask(attention_mask).to(ids.device)
     if tuple(mask.shape) != tuple(ids.shape):
         raise InputError(
             f"attention_mask has shape {tuple(mask.shape)} but input_ids {tuple(ids.shape)}: "
             "pass the mask the tokenizer returned with these input_ids"
         )
-    if not bool(((mask == 0) | (mask == 1)).all()):
-        raise InputError("attention_mask must hold 0 (padding) and 1 (token) only")
     mask = mask.long()
     if not bool(mask.any(dim=1).all()):
         empty = int((~mask.bool().any(dim=1)).nonzero()[0, 0])
@@ -253,3 +275,154 @@ def check_finite(finite: bool, model: Any) -> None:
         f"{name} produced NaN/inf logits; check the weights and the dtype (float16 on CPU "
         "overflows: use bfloat16 or float32)"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Generation keywords: each value of the type core/keywords.py declares
+# ---------------------------------------------------------------------------------------
+
+_WORDS = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings")}
+_WORDS[bool] = ("True or False", "bools")
+
+
+class _Mismatch(Exception):
+    """A value is not of the declared type."""
+
+
+def type_words(type_: Any, plural: bool = False) -> str:
+    """A keyword's type in words: list[int] -> "a list of ints"."""
+    origin, args = typing.get_origin(type_), typing.get_args(type_)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_words(arg, plural) for arg in args)
+    if origin is list:
+        return f"{'lists' if plural else 'a list'} of {type_words(args[0], True)}"
+    if origin is tuple:
+        inner = ", ".join(type_words(arg).split()[-1] for arg in args)
+        return f"{'tuples' if plural else 'a tuple'} ({inner})"
+    return _WORDS.get(type_, ("anything", "anything"))[1 if plural else 0]
+
+
+def _plain(value: Any, type_: Any) -> Any:
+    """`value` as a plain Python value of `type_` (numpy and 0-d tensor numbers become int or
+    float, tuples of a list type lists), or _Mismatch."""
+    origin, args = typing.get_origin(type_), typing.get_args(type_)
+    if type_ is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            try:
+                return _plain(value, arg)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)) or (origin is tuple and len(value) != len(args)):
+            raise _Mismatch
+        items = args * len(value) if origin is list else args
+        return type(value)(_plain(item, arg) for item, arg in zip(value, items, strict=False))
+    if type_ is bool:
+        if value is True or value is False or type(value).__name__ == "bool_":
+            return bool(value)
+        raise _Mismatch
+    if isinstance(value, (bool, str, bytes)) or getattr(value, "dtype", None) == torch.bool:
+        if type_ is str and isinstance(value, str):
+            return value
+        raise _Mismatch
+    return _number(value, type_)
+
+
+def _number(value: Any, type_: Any) -> Any:
+    try:
+        if type_ is int:
+            return operator.index(value)
+        if type_ is float and (isinstance(value, numbers.Real) or _is_scalar_tensor(value)):
+            number = float(value)
+            if number == number:  # not NaN, which no keyword means
+                return number
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    raise _Mismatch
+
+
+def _is_scalar_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0
+
+
+def _type_message(name: str, value: Any, type_: Any, origin: Mapping[str, str]) -> str:
+    """The message: "top_k must be an int (None: unset), got 'x' (a str)", and who set it."""
+    where = origin.get(name, "")[len(f"{name}={value!r}") :]  # " (set by ...)" or ""
+    words = type_words(type_)
+    hint = ""
+    if name in TOKEN_KEYWORDS:  # ids of the target's tokenizer
+        words = words.replace("an int", "a token id").replace("ints", "token ids")
+        hint = "; e.g. tokenizer.eos_token_id or tokenizer.convert_tokens_to_ids(text)"
+    kind = type(value).__name__
+    return f"{name} must be {words} (None: unset), got {value!r} (a {kind}){where}{hint}"
+
+
+def check_keyword_types(
+    values: Mapping[str, Any], types_: Mapping[str, Any], origin: Mapping[str, str]
+) -> dict[str, Any]:
+    """The keyword values as plain Python values of their declared types (None stays None),
+    or ConfigError naming the keyword, what it must be, and who set it (`origin`)."""
+    checked = dict(values)
+    for name, value in values.items():
+        if value is None or name not in types_:
+            continue
+        try:
+            checked[name] = _plain(value, types_[name])
+        except _Mismatch:
+            raise ConfigError(_type_message(name, value, types_[name], origin)) from None
+    return checked
+
+
+# Keywords whose values are token ids of the target's vocabulary.
+TOKEN_KEYWORDS = (
+    "eos_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "sequence_bias",
+)
+
+
+def _token_ids(value: Any) -> list[int]:
+    """The ints in a (nested) list of token ids."""
+    if isinstance(value, (list, tuple)):
+        return [token for item in value for token in _token_ids(item)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+def _bias_entries(value: Any) -> list[tuple[Any, Any]]:
+    """sequence_bias as (token ids, bias) pairs: a dict {ids: bias} or a list [[ids, bias]];
+    a malformed value gives what it can (transformers' own check names the rest)."""
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, (list, tuple)):
+        return [tuple(item) for item in value if isinstance(item, (list, tuple)) and len(item) == 2]
+    return []
+
+
+def check_token_keywords(
+    values: Mapping[str, Any], origin: Mapping[str, str], vocab_size: int
+) -> None:
+    """ConfigError for a token id outside [0, vocab_size) in a keyword that holds token ids,
+    or a sequence_bias that is NaN or +inf (which no distribution survives)."""
+    for name in TOKEN_KEYWORDS:
+        value = values.get(name)
+        entries = _bias_entries(value) if name == "sequence_bias" else [(value, 0.0)]
+        for ids, bias in entries:
+            if isinstance(bias, numbers.Real) and not bias < math.inf:
+                raise ConfigError(
+                    f"{origin[name]} holds the bias {bias}: pass finite biases, or -inf to "
+                    "forbid a sequence"
+                )
+            bad = [t for t in _token_ids(ids) if vocab_size and not 0 <= t < vocab_size]
+            if bad:
+                raise ConfigError(
+                    f"{origin[name]} holds token id {bad[0]}, outside the target's vocabulary "
+                    f"[0, {vocab_size}): pass ids of the target's tokenizer (e.g. "
+                    "tokenizer.convert_tokens_to_ids(...))"
+                )
