@@ -91,12 +91,8 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def tiny_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> ModelPreset:
-    """The tiny GGUF cut into two slice packages on sys.path, as a preset."""
-    payload = tiny_gguf.read_bytes()
-    site = tmp_path / "site"
-    prefix = f"dstiny_{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:10]}_part"
+def slice_packages(payload: bytes, site: Path, prefix: str, name: str) -> tuple[GgufSlice, ...]:
+    """`payload` cut in two, each half a package `<prefix><i>` under `site` (model.bin)."""
     half = len(payload) // 2
     slices = []
     for index, chunk in enumerate((payload[:half], payload[half:]), start=1):
@@ -104,7 +100,17 @@ def tiny_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path
         folder.mkdir(parents=True)
         (folder / "__init__.py").write_text("")
         (folder / "model.bin").write_bytes(chunk)
-        slices.append(GgufSlice(f"tiny-part{index}", f"{prefix}{index}", "model.bin", len(chunk)))
+        slices.append(GgufSlice(f"{name}-part{index}", f"{prefix}{index}", "model.bin", len(chunk)))
+    return tuple(slices)
+
+
+@pytest.fixture
+def tiny_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path) -> ModelPreset:
+    """The tiny GGUF cut into two slice packages on sys.path, as a preset."""
+    payload = tiny_gguf.read_bytes()
+    site = tmp_path / "site"
+    prefix = f"dstiny_{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:10]}_part"
+    slices = slice_packages(payload, site, prefix, "tiny")
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     return ModelPreset(
@@ -116,7 +122,7 @@ def tiny_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_gguf: Path
         quantization="Q8_0",
         gguf_name="tiny.gguf",
         version="0.0.1",
-        slices=tuple(slices),
+        slices=slices,
         sha256=hashlib.sha256(payload).hexdigest(),
         eos_token_ids=(2, 0),
     )

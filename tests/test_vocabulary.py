@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_loading import slice_packages
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -20,7 +21,7 @@ from dynaspec import cli
 from dynaspec.errors import DynaspecError, IncompatibleModelsError
 from dynaspec.models import cache as model_cache
 from dynaspec.models import loading
-from dynaspec.models.presets import GgufSlice, ModelPreset, PairPreset
+from dynaspec.models.presets import ModelPreset, PairPreset
 from dynaspec.models.tiny import byte_tokenizer
 from dynaspec.models.vocab import gguf_vocabulary, tokenizer_vocabulary, vocabulary_of
 
@@ -180,14 +181,7 @@ def sliced_preset(path: Path, name: str, site: Path) -> ModelPreset:
     """The GGUF at `path` cut into two slice packages under `site` (on sys.path), as a preset."""
     payload = path.read_bytes()
     prefix = f"dsvocab_{name}_{hashlib.sha1(str(site).encode()).hexdigest()[:10]}_part"
-    half = len(payload) // 2
-    slices = []
-    for index, chunk in enumerate((payload[:half], payload[half:]), start=1):
-        folder = site / f"{prefix}{index}"
-        folder.mkdir(parents=True)
-        (folder / "__init__.py").write_text("")
-        (folder / "model.bin").write_bytes(chunk)
-        slices.append(GgufSlice(f"{name}-part{index}", f"{prefix}{index}", "model.bin", len(chunk)))
+    slices = slice_packages(payload, site, prefix, name)
     return ModelPreset(
         name=name,
         model_id=f"test/{name}",
@@ -197,7 +191,7 @@ def sliced_preset(path: Path, name: str, site: Path) -> ModelPreset:
         quantization="F32",
         gguf_name=f"{name}.gguf",
         version="0.0.1",
-        slices=tuple(slices),
+        slices=slices,
         sha256=hashlib.sha256(payload).hexdigest(),
     )
 
