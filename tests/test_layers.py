@@ -19,6 +19,7 @@ RANKS = {
     "backends": 2,
     "drafters": 2,
     "batch": 3,  # generate() over a batch (input_ids (B, T)); generation dispatches to it
+    "continuous": 3.2,  # rows that join and leave a running batch (serve/ builds on it)
     "generation": 3.5,
     "models": 4,
     "eval": 5,

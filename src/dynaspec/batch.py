@@ -97,7 +97,7 @@ def generate_batch(
         drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         policy = batch_policy(spec, len(rows))
-        wall = decode_batch(target_batch, drafter, ids, mask, rows, policy, limits)
+        wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     output = _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
@@ -107,7 +107,7 @@ def batch_policy(spec: SpecConfig, rows: int) -> BatchPolicy:
     per row, each as it would be alone."""
     if spec.num_assistant_tokens_schedule == "adaptive":
         return BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens)
-    return PerRow([make_policy(spec) for _ in range(rows)])
+    return PerRow([make_policy(spec) for _ in range(rows)], make=lambda: make_policy(spec))
 
 
 def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
@@ -174,6 +174,7 @@ def _row(
         pads=int((mask[index] == 0).sum()),
         sampler=TokenSampler(sampling, device=ids.device, processors=processors),
         emission=Emission.needed(criteria, settings.outputs),
+        limits=limits,
         stats=GenerationStats(prompt_tokens=ids.shape[1]),
     )
 

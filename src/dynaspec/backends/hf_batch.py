@@ -11,6 +11,11 @@ Rolling back (`crop`) is per row. A row keeps the prefix of its sequence it asks
 shared cache can only be cut at one index: it is cut where the earliest row's first unwanted
 token sits, and any other row's tokens past that index are fed again in its next forward (a
 catch-up; the loop feeds every row its committed tokens past `num_cached[row]`).
+
+Rows may also join and leave between rounds (continuous batching, serve/): `join` prefills a
+new row's prompt in a forward of its own and appends its cache as a new row, `leave` drops
+rows. Holes only ever take room, so when they fill a quarter of the width the cache is
+compacted: every row's own columns are moved together, right-aligned (`compact`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends import cache_rows
 from dynaspec.backends.windows import sliding_window
 from dynaspec.errors import UnsupportedModelError
 
@@ -119,6 +125,74 @@ class HFBatchAdapter:
             positions[row, width - count :] = (index - self.num_pads[row]).clamp(min=0)
         return ids, block, positions
 
+    def join(self, prompt: torch.Tensor) -> None:
+        """Adds a row whose sequence starts with `prompt` (n,), without left padding. Its
+        first n - 1 tokens are cached by a forward of their own; the last is fed with the
+        row's first round, so that the round's verification gives its first new token."""
+        head = prompt[:-1].to(self.device)
+        count = head.numel()
+        own = None
+        if count:
+            kwargs: dict[str, Any] = {"use_cache": True}
+            if self._supports_logits_to_keep:
+                kwargs["logits_to_keep"] = 1
+            out = self.model(input_ids=head[None], **kwargs)
+            own = getattr(out, "cache", None)
+            own = own if own is not None else out.past_key_values
+        rows, columns = len(self.slots), self.mask.shape[1]
+        width = max(columns, count)
+        if own is None:
+            if self.cache is not None:
+                cache_rows.add_zero_rows(self.cache, 0, 1)
+        elif self.cache is None:
+            cache_rows.add_zero_rows(own, rows, 0)
+            self.cache = own
+        else:
+            cache_rows.append_row(self.cache, own, width)
+        mask = torch.zeros(rows + 1, width, dtype=torch.long, device=self.device)
+        mask[:rows, width - columns :] = self.mask
+        mask[rows, width - count :] = 1
+        shift = width - columns
+        self.slots = [[slot + shift for slot in slots] for slots in self.slots]
+        self.slots.append(list(range(width - count, width)))
+        self.num_pads.append(0)
+        self.mask = mask
+
+    def leave(self, keep: Sequence[int]) -> None:
+        """Keeps only the rows `keep`, in that order (the others have ended)."""
+        if not keep:
+            self.cache = None
+            self.mask = self.mask.new_zeros(0, 0)
+            self.slots, self.num_pads = [], []
+            return
+        index = torch.tensor(list(keep), dtype=torch.long, device=self.device)
+        if self.cache is not None:
+            cache_rows.select_rows(self.cache, index)
+        self.mask = self.mask.index_select(0, index)
+        self.slots = [self.slots[row] for row in keep]
+        self.num_pads = [self.num_pads[row] for row in keep]
+        self.compact(force=True)
+
+    def compact(self, force: bool = False) -> None:
+        """Moves every row's columns together, right-aligned, dropping the columns that
+        are holes in every row: when asked to (`force`), or when that frees a quarter of
+        the width (at least 16 columns)."""
+        width = self.mask.shape[1]
+        longest = max((len(slots) for slots in self.slots), default=0)
+        spare = width - longest
+        if spare == 0 or not (force or spare >= max(16, width // 4)):
+            return
+        index = torch.zeros(len(self.slots), longest, dtype=torch.long, device=self.device)
+        used = torch.zeros_like(index)
+        for row, slots in enumerate(self.slots):
+            if slots:
+                index[row, longest - len(slots) :] = torch.tensor(slots, device=self.device)
+                used[row, longest - len(slots) :] = 1
+        if self.cache is not None:
+            cache_rows.gather_columns(self.cache, index)
+        self.mask = self.mask.gather(1, index) * used
+        self.slots = [list(range(longest - len(slots), longest)) for slots in self.slots]
+
     def crop(self, num_tokens: Sequence[int]) -> None:
         """Row r keeps at most its first num_tokens[r] sequence tokens cached (fewer when
         another row's rollback cut the shared cache earlier: it catches up next forward)."""
@@ -128,8 +202,13 @@ class HFBatchAdapter:
             slots = self.slots[row]
             if keep < len(slots):
                 cut = min(cut, slots[keep])
-        if cut == length:
-            return
+        if cut < length:
+            self._cut(cut)
+        self.compact()
+
+    def _cut(self, cut: int) -> None:
+        """Cuts the shared cache (and every row) at column `cut`."""
+        length = self.mask.shape[1]
         try:
             self.cache.crop(cut - length)  # negative: remove that many (transformers 5)
         except (RuntimeError, ValueError) as err:

@@ -9,6 +9,7 @@ those of the single-sequence loop (core/loop.py); only the forwards are shared.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -33,6 +34,8 @@ class Row:
     pads: int  # left padding at the start
     sampler: TokenSampler
     emission: Emission | None
+    limits: LimitsConfig  # the row's own: its max_new_tokens and EOS ids
+    start: int = 0  # where its new tokens begin: T, the (padded) prompt's width
     length: int = 0  # tokens committed so far
     done: bool = False
     stats: GenerationStats = field(default_factory=GenerationStats)
@@ -40,6 +43,16 @@ class Row:
     @property
     def committed(self) -> torch.Tensor:
         return self.tokens[: self.length]
+
+    @property
+    def room(self) -> int:
+        """The most tokens the row may still emit."""
+        return self.limits.max_new_tokens - (self.length - self.start)
+
+    def begin(self, prompt: torch.Tensor) -> None:
+        """Commits the (padded) prompt (T,): nothing new yet."""
+        self.tokens[: prompt.numel()] = prompt
+        self.start = self.length = prompt.numel()
 
 
 @dataclass(frozen=True)
@@ -59,7 +72,6 @@ def decode_batch(
     attention_mask: torch.Tensor,
     rows: list[Row],
     policy: BatchPolicy,
-    limits: LimitsConfig,
 ) -> float:
     """Runs batch rounds until every row has ended; the rows keep their tokens and stats.
     Returns the wall time of the call."""
@@ -67,42 +79,48 @@ def decode_batch(
     target.begin(input_ids, attention_mask)
     if drafter is not None:
         drafter.begin(input_ids, attention_mask)
-    first = input_ids.shape[1]
     for row, ids in zip(rows, input_ids, strict=True):
-        row.tokens[:first] = ids
-        row.length = first
-    eos = torch.tensor(limits.eos_token_ids, dtype=torch.long, device=input_ids.device)
+        row.begin(ids)
     round_start = perf_counter()
     while not all(row.done for row in rows):
-        drafts = _draft(drafter, policy, rows, first, limits)
-        checked = _verify(target, rows, drafts)
-        spent = perf_counter() - round_start
-        records = [
-            None if step is None else _commit(row, step, first, limits, eos, spent)
-            for row, step in zip(rows, checked, strict=True)
-        ]
-        policy.update(records)
-        target.crop([row.length - 1 for row in rows])
-        if drafter is not None:
-            drafter.crop([row.length - 1 for row in rows])
+        batch_round(target, drafter, policy, rows, round_start)
         round_start = perf_counter()
     return perf_counter() - started
 
 
-def _draft(
+def batch_round(
+    target: BatchModelAdapter,
     drafter: BatchDrafter | None,
     policy: BatchPolicy,
-    rows: list[Row],
-    first: int,
-    limits: LimitsConfig,
-) -> _Drafts:
+    rows: Sequence[Row],
+    round_start: float,
+) -> list[Round | None]:
+    """One round over the rows (an ended row takes no part): draft, verify in one target
+    forward, commit each row's new tokens, let the policy learn, roll the caches back.
+    round_start: perf_counter() when the round began (its time counts from there).
+    Returns each row's record (None for a row that had ended)."""
+    drafts = _draft(drafter, policy, rows)
+    checked = _verify(target, rows, drafts)
+    spent = perf_counter() - round_start
+    records = [
+        None if step is None else _commit(row, step, spent)
+        for row, step in zip(rows, checked, strict=True)
+    ]
+    policy.update(records)
+    target.crop([row.length - 1 for row in rows])
+    if drafter is not None:
+        drafter.crop([row.length - 1 for row in rows])
+    return records
+
+
+def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row]) -> _Drafts:
     """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
     count = len(rows)
     reasons = [StopReason.NONE] * count
     empty = [Proposal(row.tokens.new_empty(0), None, ()) for row in rows]
     if drafter is None:
         return _Drafts([DraftPlan()] * count, empty, reasons)
-    rooms = [limits.max_new_tokens - (row.length - first) for row in rows]
+    rooms = [row.room for row in rows]
     options = [
         None if row.done else drafter.offer(index, row.committed, row.pads)
         for index, row in enumerate(rows)
@@ -119,7 +137,7 @@ def _draft(
         plans,
         policy.stopper(plans),
         [row.sampler for row in rows],
-        limits.eos_token_ids,
+        [row.limits.eos_token_ids for row in rows],
     )
     proposals = [made if made is not None else empty[i] for i, made in enumerate(proposed)]
     for index, made in enumerate(proposed):
@@ -128,7 +146,9 @@ def _draft(
     return _Drafts(plans, proposals, reasons)
 
 
-def _verify(target: BatchModelAdapter, rows: list[Row], drafts: _Drafts) -> list[Checked | None]:
+def _verify(
+    target: BatchModelAdapter, rows: Sequence[Row], drafts: _Drafts
+) -> list[Checked | None]:
     """One target forward over every row still going: its unseen committed tokens and its
     drafted ones; then each row's acceptance, as alone."""
     empty = rows[0].tokens.new_empty(0)
@@ -169,17 +189,10 @@ def _verify(target: BatchModelAdapter, rows: list[Row], drafts: _Drafts) -> list
     return checked
 
 
-def _commit(
-    row: Row,
-    step: Checked,
-    first: int,
-    limits: LimitsConfig,
-    eos: torch.Tensor,
-    spent: float,
-) -> Round:
+def _commit(row: Row, step: Checked, spent: float) -> Round:
     """Cuts a row's new tokens (EOS, length, criteria), appends them; the round's record."""
-    room = limits.max_new_tokens - (row.length - first)
-    new_tokens, done = cut(step.new_tokens, room, eos)
+    eos = torch.tensor(row.limits.eos_token_ids, dtype=torch.long, device=row.tokens.device)
+    new_tokens, done = cut(step.new_tokens, row.room, eos)
     if row.emission is not None:
         new_tokens, stopped = row.emission.emit(row.committed, new_tokens, step.scores, step.logits)
         done = done or stopped

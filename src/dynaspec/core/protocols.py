@@ -78,6 +78,15 @@ class BatchModelAdapter(Protocol):
         """Roll each row back to at most its first num_tokens[row] tokens (see num_cached)."""
         ...
 
+    def join(self, prompt: torch.Tensor) -> None:
+        """Add a row whose sequence starts with `prompt` (n,): its first n - 1 tokens cached,
+        the last fed with its first round (continuous batching)."""
+        ...
+
+    def leave(self, keep: Sequence[int]) -> None:
+        """Keep only the rows `keep`, in that order."""
+        ...
+
 
 @runtime_checkable
 class Stopper(Protocol):
@@ -149,6 +158,14 @@ class BatchPolicy(Protocol):
         """Learn from the finished round: each row's record (None: the row had ended)."""
         ...
 
+    def join(self) -> None:
+        """A row joins the batch (continuous batching)."""
+        ...
+
+    def leave(self, keep: Sequence[int]) -> None:
+        """Only the rows `keep` go on, in that order."""
+        ...
+
 
 @runtime_checkable
 class Drafter(Protocol):
@@ -199,7 +216,11 @@ class BatchDrafter(Protocol):
         plans: Sequence[DraftPlan],
         stopper: BatchStopper,
         samplers: Sequence[TokenSampler],
-        eos_token_ids: tuple[int, ...],
+        eos_token_ids: Sequence[tuple[int, ...]],
     ) -> list[Proposal | None]: ...
 
     def crop(self, num_committed: Sequence[int]) -> None: ...
+
+    def join(self, prompt: torch.Tensor) -> None: ...
+
+    def leave(self, keep: Sequence[int]) -> None: ...

@@ -74,6 +74,16 @@ class BatchDrafter:
         if self.lookup is not None:
             self.lookup.begin(input_ids)
 
+    def join(self, prompt: torch.Tensor) -> None:
+        """A row joins the batch with `prompt` (n,) (continuous batching)."""
+        if self.model is not None:
+            self.model.join(prompt)
+
+    def leave(self, keep: Sequence[int]) -> None:
+        """Only the rows `keep` go on, in that order."""
+        if self.model is not None:
+            self.model.leave(keep)
+
     def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
         are left padding (never searched by prompt lookup)."""
@@ -90,10 +100,11 @@ class BatchDrafter:
         plans: Sequence[DraftPlan],
         stopper: BatchStopper,
         samplers: Sequence[TokenSampler],
-        eos_token_ids: tuple[int, ...],
+        eos_token_ids: Sequence[tuple[int, ...]],
     ) -> list[Proposal | None]:
         """Per row (None: the row drafts nothing this round), the tokens its plan asks for;
-        the draft model stops where `stopper` says, or at a row's EOS or its plan's end."""
+        the draft model stops where `stopper` says, or at a row's EOS (eos_token_ids[row])
+        or its plan's end."""
         copied: list[Proposal | None] = []
         drafting: dict[int, _Drafting] = {}
         for row, plan in enumerate(plans):
@@ -119,7 +130,7 @@ class BatchDrafter:
         self,
         drafting: dict[int, _Drafting],
         stopper: BatchStopper,
-        eos_token_ids: tuple[int, ...],
+        eos_token_ids: Sequence[tuple[int, ...]],
     ) -> None:
         """Batched draft-model forwards until every row in `drafting` has stopped."""
         if not drafting or self.model is None:
@@ -138,7 +149,7 @@ class BatchDrafter:
             for row in pending:
                 drafting[row].seconds += seconds
                 step = self._next(drafting[row], logits[row][0])
-                if step.token in eos_token_ids:
+                if step.token in eos_token_ids[row]:
                     drafting[row].reason = StopReason.EOS
                 else:
                     steps[row] = step

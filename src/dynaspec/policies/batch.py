@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dynaspec.core.protocols import LookaheadPolicy, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
@@ -24,11 +24,25 @@ class RowStoppers:
 
 
 class PerRow:
-    """`core.protocols.BatchPolicy` from one `LookaheadPolicy` per row."""
+    """`core.protocols.BatchPolicy` from one `LookaheadPolicy` per row; `make` builds the
+    policy of a row that joins (continuous batching)."""
 
-    def __init__(self, policies: Sequence[LookaheadPolicy]) -> None:
+    def __init__(
+        self,
+        policies: Sequence[LookaheadPolicy],
+        make: Callable[[], LookaheadPolicy] | None = None,
+    ) -> None:
         self.policies = list(policies)
-        self.name = self.policies[0].name
+        self.make = make
+        self.name = self.policies[0].name if self.policies else make().name if make else ""
+
+    def join(self) -> None:
+        if self.make is None:
+            raise TypeError("PerRow(make=None) cannot add rows: pass make=")
+        self.policies.append(self.make())
+
+    def leave(self, keep: Sequence[int]) -> None:
+        self.policies = [self.policies[row] for row in keep]
 
     def plan(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]

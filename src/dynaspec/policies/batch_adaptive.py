@@ -33,7 +33,7 @@ class BatchAdaptivePolicy:
         self, rows: int, max_tokens: int = 20, config: AdaptiveConfig | None = None
     ) -> None:
         self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
-        self.shared.rate = float(rows)  # rho_B before anything is measured: the target alone
+        self.shared.rate = float(max(rows, 1))  # rho_B before any measurement: the target alone
 
     def plan(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
@@ -66,6 +66,12 @@ class BatchAdaptivePolicy:
             else:
                 plans.append(alone)
         return plans
+
+    def join(self) -> None:
+        pass  # the estimates are the batch's: a row that joins uses them as they stand
+
+    def leave(self, keep: Sequence[int]) -> None:
+        pass
 
     def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper:
         drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}

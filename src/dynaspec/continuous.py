@@ -1,0 +1,144 @@
+"""Continuous batching: sequences join and leave a running batch between rounds.
+
+`ContinuousBatch` holds the rows being generated and runs one batch round at a time
+(core/batch_loop.py's `batch_round`, the round of `generate()` over a batch). Between rounds a
+new row joins (`join`: its prompt is prefilled by a forward of its own, and its first new
+token comes from the next round's verification, with the others') and rows that have ended or
+were cancelled leave (`leave`: their cache rows are dropped at once). Each row has its own
+settings (new tokens, sampling, seed, processors), as one `generate()` call would, and the
+adaptive rule sees the batch as it is in every round.
+
+A row's output does not depend on the other rows: its tokens are verified by the target as
+they would be alone (the same acceptance rule and processors); the batched forwards differ
+from one row's only in floating-point rounding (exact in float32 up to ties).
+
+Not thread-safe: one thread (serve/'s engine thread) owns a ContinuousBatch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.batch import batch_policy
+from dynaspec.core.batch_loop import Row, batch_round
+from dynaspec.core.config import SpecConfig
+from dynaspec.core.processing import Emission, build_stopping, full_processor_list
+from dynaspec.core.round import Round
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.settings import resolve_settings
+from dynaspec.core.stats import GenerationStats
+from dynaspec.core.validation import check_token_ids
+from dynaspec.drafters import lookup_config
+from dynaspec.drafters.batch import BatchDrafter
+from dynaspec.errors import IncompatibleModelsError, InputError
+
+
+class ContinuousBatch:
+    """The rows of a running batch over one target (and draft model or prompt lookup)."""
+
+    def __init__(
+        self,
+        target: Any,
+        draft: Any = None,
+        spec: SpecConfig | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int | None = None,
+    ) -> None:
+        self.model = target
+        self.target = HFBatchAdapter(target)
+        draft_batch = HFBatchAdapter(draft) if draft is not None else None
+        if draft_batch is not None and draft_batch.vocab_size != self.target.vocab_size:
+            raise IncompatibleModelsError(
+                f"the draft's vocabulary ({draft_batch.vocab_size} tokens) differs from the "
+                f"target's ({self.target.vocab_size}): use a draft that shares its tokenizer"
+            )
+        lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
+        eos = _eos_ids(target)
+        self.drafter = None
+        if draft_batch is not None or lookup is not None:
+            self.drafter = BatchDrafter(draft_batch, lookup, self.target.vocab_size, eos)
+        self.policy = batch_policy(spec or SpecConfig(), 0)
+        self.rows: list[Row] = []
+
+    @property
+    def max_length(self) -> int | None:
+        """The target's context: prompt + new tokens of a row must fit in it."""
+        return self.target.max_length
+
+    def make_row(
+        self, prompt: Sequence[int] | torch.Tensor, kwargs: dict[str, Any], tokenizer: Any = None
+    ) -> Row:
+        """A row for `prompt` with transformers' generation keywords `kwargs`
+        (max_new_tokens, do_sample, temperature, top_p, seed (as generate()'s), ...),
+        checked as generate() checks them (ConfigError, InputError). Not joined yet."""
+        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+        if not ids.numel():
+            raise InputError("the prompt has no tokens: send at least one")
+        check_token_ids(ids, self.target.vocab_size)
+        call = dict(kwargs)
+        seed = call.pop("seed", None)
+        settings = resolve_settings(
+            call, self.model, None, ids.numel(), seed, self.target.vocab_size
+        )
+        limits = settings.limits
+        processors = full_processor_list(
+            settings.sampling, settings.processors, None, ids[None], ids.numel(), limits
+        )
+        criteria = build_stopping(limits, tokenizer, None, time.time())
+        return Row(
+            tokens=ids.new_zeros(ids.numel() + limits.max_new_tokens),
+            pads=0,
+            sampler=TokenSampler(settings.sampling, device=ids.device, processors=processors),
+            emission=Emission.needed(criteria, settings.outputs),
+            limits=limits,
+            stats=GenerationStats(prompt_tokens=ids.numel()),
+        )
+
+    def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> None:
+        """Adds `row` (from make_row) with its prompt; it takes part from the next round."""
+        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+        row.begin(ids)
+        with torch.inference_mode():
+            self.target.join(ids)
+            if self.drafter is not None:
+                self.drafter.join(ids)
+        self.policy.join()
+        self.rows.append(row)
+
+    def step(self) -> list[Round | None]:
+        """One round over the rows; each row's record (None: it had ended before)."""
+        if not self.rows:
+            return []
+        with torch.inference_mode():
+            return batch_round(self.target, self.drafter, self.policy, self.rows, _now())
+
+    def leave(self, gone: Callable[[Row], bool]) -> list[Row]:
+        """Drops the rows for which `gone(row)` holds (ended, cancelled); returns them."""
+        keep = [index for index, row in enumerate(self.rows) if not gone(row)]
+        if len(keep) == len(self.rows):
+            return []
+        left = [row for row in self.rows if gone(row)]
+        with torch.inference_mode():
+            self.target.leave(keep)
+            if self.drafter is not None:
+                self.drafter.leave(keep)
+        self.policy.leave(keep)
+        self.rows = [self.rows[index] for index in keep]
+        return left
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def _eos_ids(target: Any) -> tuple[int, ...]:
+    """The target's EOS ids (prompt lookup never copies past them)."""
+    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return ()
+    return (eos,) if isinstance(eos, int) else tuple(eos)

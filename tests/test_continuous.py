@@ -1,0 +1,129 @@
+"""Continuous batching (dynaspec/continuous.py): rows that join a running batch between
+rounds and leave it when they end (or are cancelled) get, token for token, what
+generate() gives their prompt alone, for each draft source and architecture; the cache
+shrinks back when rows leave."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import noisy_copy, tiny_model
+
+import dynaspec
+from dynaspec.continuous import ContinuousBatch
+from dynaspec.core.config import SpecConfig
+from dynaspec.errors import ConfigError, InputError
+
+NEW = 16
+# Different lengths, a one-token prompt, and one that repeats itself (prompt lookup copies).
+PROMPTS = [[5, 6, 7], [9, 3, 4, 8, 9, 3, 4, 8, 9, 3, 4, 8, 9, 3], [11], [2, 30, 31, 32, 40, 2, 30]]
+
+
+@pytest.fixture(scope="module", params=("llama", "qwen2", "gpt2"))
+def pair(request: pytest.FixtureRequest) -> tuple[object, object]:
+    target = tiny_model(request.param)
+    return target, noisy_copy(target, scale=0.05)
+
+
+def alone(target, draft, prompt: list[int], **kwargs) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = dynaspec.generate(target, draft, ids, max_new_tokens=NEW, **kwargs)
+    return out.sequences[0, len(prompt) :].tolist()
+
+
+def run(batch: ContinuousBatch, arrivals: dict[int, int], kwargs: dict) -> dict[int, list[int]]:
+    """Prompt i joins before round arrivals[i]; rows leave as soon as they end."""
+    out: dict[int, list[int]] = {}
+    names: dict[int, int] = {}
+    step = 0
+    while len(out) < len(arrivals):
+        for index, when in arrivals.items():
+            if when == step:
+                row = batch.make_row(PROMPTS[index], dict(kwargs, max_new_tokens=NEW))
+                names[id(row)] = index
+                batch.join(row, PROMPTS[index])
+        batch.step()
+        for row in batch.leave(lambda row: row.done):
+            out[names[id(row)]] = row.committed[row.start :].tolist()
+        step += 1
+        assert step < 200, "the batch never ended"
+    return out
+
+
+@pytest.mark.parametrize("source", ["model", "lookup", "hybrid"])
+def test_rows_that_join_and_leave_get_their_output_alone(pair, source: str) -> None:
+    target, draft = pair
+    model = None if source == "lookup" else draft
+    lookup = None if source == "model" else 6
+    batch = ContinuousBatch(target, model, prompt_lookup_num_tokens=lookup)
+    got = run(batch, {0: 0, 1: 0, 2: 2, 3: 5}, {})
+    for index, prompt in enumerate(PROMPTS):
+        assert got[index] == alone(target, draft, prompt), index
+    assert batch.rows == [] and batch.target.mask.shape == (0, 0) and batch.target.cache is None
+
+
+@pytest.mark.parametrize("schedule", ["constant", "heuristic", "dynamic"])
+def test_fixed_schedules_per_row(pair, schedule: str) -> None:
+    target, draft = pair
+    batch = ContinuousBatch(target, draft, SpecConfig(num_assistant_tokens_schedule=schedule))
+    got = run(batch, {0: 0, 1: 1, 2: 1, 3: 3}, {})
+    for index, prompt in enumerate(PROMPTS):
+        assert got[index] == alone(target, draft, prompt), index
+
+
+def test_seeded_sampling_repeats_alone(pair) -> None:
+    """A sampled row with a seed draws as generate(seed=...) alone does (fixed schedule:
+    the adaptive rule's rounds follow measured times)."""
+    target, draft = pair
+    spec = SpecConfig(num_assistant_tokens_schedule="constant", num_assistant_tokens=3)
+    settings = {"do_sample": True, "temperature": 0.9, "top_p": 0.95, "seed": 7}
+    batch = ContinuousBatch(target, draft, spec)
+    got = run(batch, {0: 0, 1: 2, 2: 2, 3: 4}, settings)
+    for index, prompt in enumerate(PROMPTS):
+        expected = alone(
+            target,
+            draft,
+            prompt,
+            num_assistant_tokens_schedule="constant",
+            num_assistant_tokens=3,
+            **settings,
+        )
+        assert got[index] == expected, index
+
+
+def test_a_cancelled_row_leaves_and_the_cache_shrinks(pair) -> None:
+    target, draft = pair
+    batch = ContinuousBatch(target, draft)
+    rows = []
+    for prompt in PROMPTS:
+        rows.append(batch.make_row(prompt, {"max_new_tokens": NEW}))
+        batch.join(rows[-1], prompt)
+    for _ in range(3):
+        batch.step()
+    width = batch.target.mask.shape[1]
+    left = batch.leave(lambda row: row is rows[1])  # the longest prompt: its client went away
+    assert left == [rows[1]] and len(batch.rows) == 3
+    assert batch.target.mask.shape == (3, max(batch.target.num_cached))
+    assert batch.target.mask.shape[1] < width
+    for layer in batch.target.cache.layers:
+        assert layer.keys.shape[0] == 3 and layer.keys.shape[2] == batch.target.mask.shape[1]
+    while batch.rows:
+        batch.step()
+        batch.leave(lambda row: row.done)
+    for index in (0, 2, 3):
+        assert rows[index].committed[rows[index].start :].tolist() == alone(
+            target, draft, PROMPTS[index]
+        )
+
+
+def test_bad_requests_are_typed_errors(pair) -> None:
+    target, draft = pair
+    batch = ContinuousBatch(target, draft)
+    with pytest.raises(InputError, match="no tokens"):
+        batch.make_row([], {})
+    with pytest.raises(InputError):
+        batch.make_row([10**6], {})
+    with pytest.raises(ConfigError):
+        batch.make_row([5], {"max_new_tokens": 0})
+    with pytest.raises(ConfigError, match="unknown keyword"):
+        batch.make_row([5], {"max_tokens": 3})
