@@ -1,4 +1,5 @@
-"""Command line: `dynaspec generate | models | bench | oracle | devicecheck | project`.
+"""Command line: `dynaspec generate | models | bench | oracle | devicecheck | project |
+serve`.
 
 The CLI only parses arguments, builds configuration and prints what the library returns;
 the work lives in the library and the instruments (eval/: `generate --compare`'s timed
@@ -35,6 +36,7 @@ from dynaspec.models.arguments import (
 from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
 from dynaspec.policies import SCHEDULES
+from dynaspec.serve.args import add_serve_arguments
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
@@ -380,6 +382,15 @@ _INSTRUMENTS: tuple[tuple[str, str, Adder, Runner], ...] = (
 )
 
 
+def _add_serve(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="an OpenAI-compatible server that decodes speculatively (docs/serve.md)",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_serve_arguments(p)
+
+
 def _add_instruments(subparsers: Any) -> None:
     for name, help_text, add_arguments, run in _INSTRUMENTS:
         p = subparsers.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
@@ -409,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(subparsers)
     _add_models(subparsers)
     _add_instruments(subparsers)
+    _add_serve(subparsers)
     return parser
 
 

@@ -1,0 +1,136 @@
+"""`dynaspec serve`'s flags and its runner (the CLI calls these; the server's own modules
+load only when it runs, so the CLI works without the `serve` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
+from dynaspec.errors import DynaspecError, MissingDependencyError
+from dynaspec.models.arguments import (
+    add_model_arguments,
+    check_model_arguments,
+    float_in,
+    int_at_least,
+)
+from dynaspec.policies import SCHEDULES
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p, float32_case="the tiny pair")
+    p.add_argument("--no-draft", action="store_true", help="serve the target alone")
+    p.add_argument("--schedule", default=DEFAULT_SCHEDULE, choices=tuple(SCHEDULES))
+    p.add_argument("--num-assistant-tokens", type=int_at_least(1), default=20)
+    p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.4)
+    p.add_argument(
+        "--prompt-lookup",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="also draft by prompt lookup, up to N tokens a round (32 is safe with adaptive)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
+    p.add_argument("--port", type=int_at_least(0), default=8000)
+    p.add_argument(
+        "--max-batch", type=int_at_least(1), default=4, help="requests generated together"
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int_at_least(0),
+        default=16,
+        help="requests that may wait for a place in the batch; beyond, 429 with Retry-After",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("DYNASPEC_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every endpoint but /health "
+        "(default: $DYNASPEC_API_KEY; none: no key)",
+    )
+    p.add_argument("--served-model-name", help="the model name clients send (default: the pair)")
+    p.add_argument("--default-max-tokens", type=int_at_least(1), default=256)
+    p.add_argument("--max-tokens-limit", type=int_at_least(1), default=4096)
+    p.add_argument("--max-body-bytes", type=int_at_least(1024), default=1 << 20)
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info"))
+    p.set_defaults(func=run_serve, check=lambda args: check_serve_arguments(p, args))
+
+
+def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    check_model_arguments(parser, args)
+    if args.no_draft and args.draft is not None:
+        parser.error("--no-draft and --draft contradict each other: drop one")
+    try:
+        spec(args)
+    except DynaspecError as error:
+        parser.error(error.for_cli())
+    if args.host not in LOOPBACK and not args.api_key:
+        print(
+            f"warning: listening on {args.host} without --api-key: anyone who can reach this "
+            "address can use the server",
+            file=sys.stderr,
+        )
+
+
+def spec(args: argparse.Namespace) -> SpecConfig:
+    return SpecConfig(
+        num_assistant_tokens=args.num_assistant_tokens,
+        assistant_confidence_threshold=args.threshold,
+        num_assistant_tokens_schedule=args.schedule,
+    )
+
+
+def model_name(args: argparse.Namespace) -> str:
+    if args.served_model_name:
+        return args.served_model_name
+    return args.pair if args.target is None else Path(args.target).name
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    missing = [
+        name
+        for name in ("fastapi", "uvicorn", "prometheus_client")
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise MissingDependencyError(
+            f'dynaspec serve needs {", ".join(missing)}: pip install -e ".[serve]" '
+            "(or pip install fastapi uvicorn prometheus_client)"
+        )
+    from dynaspec.models.loading import load_models
+    from dynaspec.serve.config import ServeConfig
+    from dynaspec.serve.run import build_app, serve
+
+    config = ServeConfig(
+        model_name=model_name(args),
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        api_key=args.api_key or None,
+        max_body_bytes=args.max_body_bytes,
+        default_max_tokens=args.default_max_tokens,
+        max_tokens_limit=args.max_tokens_limit,
+    )
+    target, draft, tokenizer = load_models(
+        args.pair,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        with_draft=not args.no_draft,
+    )
+    app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
+    how = "the target alone" if draft is None else f"speculative, schedule {args.schedule}"
+    print(
+        f"dynaspec serve: model {config.model_name!r} ({how}) on "
+        f"http://{args.host}:{args.port}/v1; max batch {args.max_batch}",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(app, config, log_level=args.log_level)
+    return 0

@@ -1,0 +1,227 @@
+"""The engine thread: one `ContinuousBatch` driven round by round, fed by a bounded queue.
+
+Requests arrive from the HTTP handlers (any thread) as `Job`s. Before each round the engine
+admits waiting jobs while the batch has room (`max_batch`); after it, every row's new tokens
+go to its job (text deltas, stop sequences), and rows that ended, hit a stop sequence or
+whose client went away leave the batch at once. Beyond `max_queue` waiting jobs, `submit`
+refuses (`QueueFull`: the server's 429). The model runs on this thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynaspec.continuous import ContinuousBatch
+from dynaspec.core.batch_loop import Row
+from dynaspec.core.round import Round
+from dynaspec.serve.metrics import Metrics
+from dynaspec.serve.text import TextStream
+
+log = logging.getLogger("dynaspec.serve")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New text of a request."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The end of a request: why (OpenAI's finish_reason), its counts and stats."""
+
+    reason: str  # "stop" (EOS or a stop sequence) or "length"
+    prompt_tokens: int
+    completion_tokens: int
+    stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request could not be completed; `message` says why."""
+
+    message: str
+
+
+Event = Delta | Finished | Failed
+
+
+class QueueFull(Exception):
+    """No room in the queue; retry after `retry_after` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"the queue is full; retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass
+class Job:
+    """One request inside the engine: its prompt, its row, where its events go."""
+
+    prompt: list[int]
+    row: Row  # made (and checked) by the handler, joined by the engine
+    text: TextStream
+    emit: Callable[[Event], None]  # thread-safe; called on the engine thread
+    arrived: float = field(default_factory=time.perf_counter)
+    first_token_s: float | None = None  # from arrival
+    cancelled: bool = False  # set by the handler when its client went away
+    sent_tokens: int = 0  # new tokens handed to `text`
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Engine:
+    """Runs the batch on a thread of its own; `submit` from any thread."""
+
+    def __init__(
+        self, batch: ContinuousBatch, metrics: Metrics, max_batch: int, max_queue: int
+    ) -> None:
+        self.batch = batch
+        self.metrics = metrics
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.queue: deque[Job] = deque()
+        self.jobs: dict[int, Job] = {}  # id(row) -> job, for the rows in the batch
+        self.wake = threading.Condition()
+        self.stopping = False
+        self.seconds_per_request = 1.0  # running mean, for Retry-After
+        self.thread = threading.Thread(target=self._run, name="dynaspec-engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finishes the rows and queue already taken, then stops the thread."""
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        self.thread.join(timeout)
+
+    def submit(self, job: Job) -> None:
+        with self.wake:
+            if self.stopping:
+                raise QueueFull(5)
+            free_rows = max(self.max_batch - len(self.jobs), 0)  # taken at the next round
+            if len(self.queue) >= self.max_queue + free_rows:
+                waves = (len(self.queue) + len(self.jobs)) / max(self.max_batch, 1)
+                raise QueueFull(max(1, round(waves * self.seconds_per_request)))
+            self.queue.append(job)
+            self.metrics.queue_length.set(len(self.queue))
+            self.wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.wake:
+                while not self.queue and not self.jobs and not self.stopping:
+                    self.wake.wait()
+                if self.stopping and not self.queue and not self.jobs:
+                    return
+            self._admit()
+            if self.jobs:
+                self._round()
+
+    def _admit(self) -> None:
+        """Waiting jobs join while the batch has room (a cancelled one is dropped)."""
+        while len(self.jobs) < self.max_batch:
+            with self.wake:
+                if not self.queue:
+                    break
+                job = self.queue.popleft()
+                self.metrics.queue_length.set(len(self.queue))
+            if job.cancelled:
+                continue
+            try:
+                self.batch.join(job.row, job.prompt)
+            except Exception as error:  # a model error must not end the server
+                log.exception("a request could not join the batch")
+                job.emit(Failed(f"could not start this request: {error}"))
+                continue
+            self.jobs[id(job.row)] = job
+        self.metrics.batch_size.set(len(self.jobs))
+
+    def _round(self) -> None:
+        try:
+            records = self.batch.step()
+        except Exception as error:  # every row of the round fails; the server goes on
+            log.exception("a batch round failed")
+            for job in self.jobs.values():
+                job.emit(Failed(f"generation failed: {error}"))
+            self.batch.leave(lambda row: True)
+            self.jobs.clear()
+            return
+        self._count(records)
+        for row in self.batch.rows:
+            self._deliver(self.jobs[id(row)])
+        for row in self.batch.leave(self._gone):
+            self._finish(self.jobs.pop(id(row)))
+        self.metrics.batch_size.set(len(self.jobs))
+
+    def _count(self, records: list[Round | None]) -> None:
+        done = [record for record in records if record is not None]
+        self.metrics.round(
+            sum(r.num_drafted for r in done),
+            sum(r.num_accepted for r in done),
+            sum(r.num_copied for r in done),
+            sum(r.num_emitted for r in done),
+        )
+
+    def _deliver(self, job: Job) -> None:
+        """The row's new tokens as text (a stop sequence ends the row)."""
+        row = job.row
+        new = row.tokens[row.start + job.sent_tokens : row.length].tolist()
+        if not new:
+            return
+        job.sent_tokens += len(new)
+        if job.first_token_s is None:
+            job.first_token_s = time.perf_counter() - job.arrived
+            self.metrics.ttft.observe(job.first_token_s)
+        delta = job.text.feed(new)
+        if delta:
+            job.emit(Delta(delta))
+
+    def _gone(self, row: Row) -> bool:
+        job = self.jobs[id(row)]
+        return row.done or job.text.stopped or job.cancelled
+
+    def _finish(self, job: Job) -> None:
+        if job.cancelled:
+            return
+        rest = job.text.finish()
+        if rest:
+            job.emit(Delta(rest))
+        row = job.row
+        produced = row.length - row.start
+        hit_eos = produced and int(row.tokens[row.length - 1]) in row.limits.eos_token_ids
+        reason = "stop" if job.text.stopped or hit_eos else "length"
+        seconds = time.perf_counter() - job.arrived
+        self.seconds_per_request += 0.2 * (seconds - self.seconds_per_request)
+        self.metrics.prompt_tokens.inc(row.start)
+        if seconds > 0:
+            self.metrics.tokens_per_second.observe(produced / seconds)
+        job.emit(Finished(reason, row.start, produced, _stats(job, seconds)))
+
+
+def _stats(job: Job, seconds: float) -> dict[str, Any]:
+    """The request's speculation stats (the responses' extra `dynaspec` field)."""
+    rounds = job.row.stats.rounds
+    drafted = sum(r.num_drafted for r in rounds)
+    accepted = sum(r.num_accepted for r in rounds)
+    produced = job.row.length - job.row.start
+    return {
+        "rounds": len(rounds),
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "copied_tokens": sum(r.num_copied for r in rounds),
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "time_to_first_token_s": job.first_token_s,
+        "seconds": seconds,
+        "tokens_per_second": produced / seconds if seconds > 0 else None,
+    }

@@ -1,0 +1,61 @@
+"""Builds a server from loaded models and runs it with uvicorn (SIGINT/SIGTERM: uvicorn
+stops taking connections, the requests already running finish, then the engine stops; uvicorn
+then re-raises the signal, so the process ends as one the signal stopped, e.g. exit status
+143 in a shell for SIGTERM)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from dynaspec.continuous import ContinuousBatch
+from dynaspec.core.config import SpecConfig
+from dynaspec.serve.config import ServeConfig
+from dynaspec.serve.engine import Engine
+from dynaspec.serve.metrics import Metrics
+from dynaspec.serve.prompts import Prompter
+
+
+def build_app(
+    target: Any,
+    draft: Any,
+    tokenizer: Any,
+    config: ServeConfig,
+    spec: SpecConfig | None = None,
+    prompt_lookup_num_tokens: int | None = None,
+) -> Any:
+    """The ASGI app over its own engine, which its lifespan starts and stops."""
+    from fastapi import FastAPI
+
+    from dynaspec.serve.app import create_app
+
+    batch = ContinuousBatch(target, draft, spec, prompt_lookup_num_tokens)
+    engine = Engine(batch, Metrics(), config.max_batch, config.max_queue)
+    app = create_app(engine, Prompter(tokenizer), config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.stop(timeout=60)
+            print("dynaspec serve: requests drained, engine stopped", file=sys.stderr, flush=True)
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def serve(app: Any, config: ServeConfig, log_level: str = "info", drain_s: float = 60) -> None:
+    """Runs the app until SIGINT/SIGTERM; running requests get `drain_s` seconds to end."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=drain_s,
+    )

@@ -1,0 +1,165 @@
+"""`dynaspec serve` with the official openai client, against a server on 127.0.0.1 with the
+tiny pair (float32): every request's greedy text equals generate() of its prompt alone (and
+the target alone's), streamed or not, under concurrency; stop sequences, seeds, usage,
+the extra stats field; and every error in OpenAI's shape."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from serve_helpers import alone_text, call, running_server  # noqa: E402
+
+from dynaspec.core.config import SpecConfig  # noqa: E402
+from dynaspec.models.tiny import tiny_pair  # noqa: E402
+
+PROMPTS = ["def fib(n):", "class Stack:\n    def push(self, x):", "x = [1, 2", "import os"]
+NEW = 24
+
+
+@pytest.fixture(scope="module")
+def models():
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    target, draft, tokenizer = models
+    with running_server(target, draft, tokenizer, max_batch=3, max_queue=16) as (url, app):
+        yield url, app
+
+
+def client(url: str, key: str = "none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def chat(url: str, prompt: str, **kwargs):
+    messages = [{"role": "user", "content": prompt}]
+    return client(url).chat.completions.create(model="tiny", messages=messages, **kwargs)
+
+
+def streamed(url: str, prompt: str, **kwargs) -> tuple[str, list]:
+    chunks = list(chat(url, prompt, stream=True, **kwargs))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks
+
+
+def test_chat_and_completion_equal_generate_alone(server, models) -> None:
+    url, _ = server
+    target, draft, tokenizer = models
+    for prompt in PROMPTS:
+        expected = alone_text(target, draft, tokenizer, prompt, NEW)
+        assert expected == alone_text(target, None, tokenizer, prompt, NEW)  # the target's own
+        reply = chat(url, prompt, max_tokens=NEW)
+        assert reply.choices[0].message.content == expected
+        assert reply.choices[0].finish_reason in ("length", "stop")
+        completion = client(url).completions.create(model="tiny", prompt=prompt, max_tokens=NEW)
+        assert completion.choices[0].text == expected
+        assert reply.usage.prompt_tokens == len(tokenizer(prompt)["input_ids"])
+        assert reply.usage.completion_tokens == NEW  # the tiny pair never says EOS this early
+        stats = reply.model_extra["dynaspec"]
+        assert stats["rounds"] >= 1 and stats["drafted_tokens"] >= stats["accepted_tokens"]
+
+
+def test_streaming_gives_the_same_text_and_usage(server, models) -> None:
+    url, _ = server
+    target, draft, tokenizer = models
+    prompt = PROMPTS[1]
+    text, chunks = streamed(url, prompt, max_tokens=NEW, stream_options={"include_usage": True})
+    assert text == alone_text(target, draft, tokenizer, prompt, NEW)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
+    assert "dynaspec" in finals[0].model_extra
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == NEW
+    pieces = client(url).completions.create(
+        model="tiny", prompt=prompt, max_tokens=NEW, stream=True
+    )
+    assert "".join(c.choices[0].text for c in pieces) == text
+
+
+def test_concurrent_requests_each_get_their_own_output(server, models) -> None:
+    """More requests than --max-batch at once, with different lengths: every text equals
+    its prompt's alone, whoever shared its batch."""
+    url, _ = server
+    target, draft, tokenizer = models
+    jobs = [(prompt, new, stream) for prompt in PROMPTS for new in (8, 30) for stream in (0, 1)]
+
+    def one(job):
+        prompt, new, stream = job
+        if stream:
+            return streamed(url, prompt, max_tokens=new)[0]
+        return chat(url, prompt, max_tokens=new).choices[0].message.content
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        texts = list(pool.map(one, jobs))
+    for (prompt, new, _), text in zip(jobs, texts, strict=True):
+        assert text == alone_text(target, draft, tokenizer, prompt, new), (prompt, new)
+
+
+def test_stop_sequences_end_the_text_before_them(server, models) -> None:
+    url, _ = server
+    target, draft, tokenizer = models
+    full = alone_text(target, draft, tokenizer, PROMPTS[0], NEW)
+    stop = full[5:7]
+    reply = chat(url, PROMPTS[0], max_tokens=NEW, stop=[stop, "never seen"])
+    assert reply.choices[0].message.content == full[: full.index(stop)]
+    assert reply.choices[0].finish_reason == "stop"
+    text, _ = streamed(url, PROMPTS[0], max_tokens=NEW, stop=stop)
+    assert text == full[: full.index(stop)]
+
+
+def test_seeded_sampling_repeats_and_follows_generate(models) -> None:
+    """With a fixed schedule (the adaptive rule's rounds follow measured times), a seed
+    gives the same text every time, the text generate(seed=...) gives."""
+    target, draft, tokenizer = models
+    spec = SpecConfig(num_assistant_tokens_schedule="constant", num_assistant_tokens=4)
+    with running_server(target, draft, tokenizer, spec=spec) as (url, _):
+        settings = {"max_tokens": NEW, "temperature": 0.8, "top_p": 0.9, "seed": 11}
+        first = chat(url, PROMPTS[2], **settings).choices[0].message.content
+        again = chat(url, PROMPTS[2], **settings).choices[0].message.content
+        other = chat(url, PROMPTS[2], **{**settings, "seed": 12}).choices[0].message.content
+    expected = alone_text(
+        target,
+        draft,
+        tokenizer,
+        PROMPTS[2],
+        NEW,
+        do_sample=True,
+        temperature=0.8,
+        top_p=0.9,
+        seed=11,
+        num_assistant_tokens_schedule="constant",
+        num_assistant_tokens=4,
+    )
+    assert first == again == expected
+    assert other != first
+
+
+def test_models_health_and_metrics(server) -> None:
+    url, _ = server
+    assert [m.id for m in client(url).models.list()] == ["tiny"]
+    status, _, body = call(url, "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    chat(url, PROMPTS[0], max_tokens=4)
+    status, headers, body = call(url, "/metrics")
+    text = body.decode()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    for series in (
+        'dynaspec_requests_total{endpoint="chat",status="200"}',
+        "dynaspec_time_to_first_token_seconds_bucket",
+        "dynaspec_drafted_tokens_total",
+        "dynaspec_accepted_tokens_total",
+        "dynaspec_copied_tokens_total",
+        "dynaspec_acceptance_rate",
+        "dynaspec_batch_size",
+        "dynaspec_queue_length",
+        "dynaspec_request_tokens_per_second_bucket",
+    ):
+        assert series in text, series
