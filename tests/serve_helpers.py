@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -16,7 +14,7 @@ import torch
 import dynaspec
 from dynaspec.core.config import SpecConfig
 from dynaspec.serve.config import ServeConfig
-from dynaspec.serve.run import build_app
+from dynaspec.serve.run import build_app, in_thread
 
 
 @contextmanager
@@ -28,24 +26,11 @@ def running_server(
     prompt_lookup: int | None = None,
     **settings: Any,
 ):
-    """Yields (base_url, app) of a server on a free loopback port; stops it afterwards."""
-    import uvicorn
-
+    """Yields (base_url, app) of a server for "tiny" on a free loopback port."""
     config = ServeConfig(model_name="tiny", port=0, **settings)
     app = build_app(target, draft, tokenizer, config, spec, prompt_lookup)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with in_thread(app) as url:
+        yield url, app
 
 
 def call(

@@ -90,7 +90,11 @@ def test_a_client_that_drops_its_stream_frees_its_row(server) -> None:
     connection.request("POST", CHAT, payload, {"Content-Type": "application/json"})
     response = connection.getresponse()
     assert response.status == 200
-    response.fp.readline()  # the first event: the stream is running
+    response.fp.readline()  # the first event
+    deadline = time.monotonic() + 30
+    while not engine.jobs and time.monotonic() < deadline:  # its row is in the batch
+        time.sleep(0.01)
+    assert engine.jobs
     connection.sock.shutdown(socket.SHUT_RDWR)
     connection.close()
     deadline = time.monotonic() + 30

@@ -1,5 +1,5 @@
 """Command line: `dynaspec generate | models | bench | oracle | devicecheck | project |
-serve`.
+serve | loadtest`.
 
 The CLI only parses arguments, builds configuration and prints what the library returns;
 the work lives in the library and the instruments (eval/: `generate --compare`'s timed
@@ -37,6 +37,7 @@ from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice, load_models
 from dynaspec.policies import SCHEDULES
 from dynaspec.serve.args import add_serve_arguments
+from dynaspec.serve.bench import add_loadtest_arguments
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
@@ -389,6 +390,12 @@ def _add_serve(subparsers: Any) -> None:
         formatter_class=DefaultsHelpFormatter,
     )
     add_serve_arguments(p)
+    p = subparsers.add_parser(
+        "loadtest",
+        help="concurrent clients against dynaspec serve (or --url), outputs checked",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    add_loadtest_arguments(p)
 
 
 def _add_instruments(subparsers: Any) -> None:

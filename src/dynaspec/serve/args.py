@@ -62,18 +62,23 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_model_arguments(parser, args)
-    if args.no_draft and args.draft is not None:
-        parser.error("--no-draft and --draft contradict each other: drop one")
-    try:
-        spec(args)
-    except DynaspecError as error:
-        parser.error(error.for_cli())
+    check_decoding_arguments(parser, args)
     if args.host not in LOOPBACK and not args.api_key:
         print(
             f"warning: listening on {args.host} without --api-key: anyone who can reach this "
             "address can use the server",
             file=sys.stderr,
         )
+
+
+def check_decoding_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--no-draft against --draft, and the schedule's settings (SpecConfig's checks)."""
+    if args.no_draft and args.draft is not None:
+        parser.error("--no-draft and --draft contradict each other: drop one")
+    try:
+        spec(args)
+    except DynaspecError as error:
+        parser.error(error.for_cli())
 
 
 def spec(args: argparse.Namespace) -> SpecConfig:
@@ -85,7 +90,7 @@ def spec(args: argparse.Namespace) -> SpecConfig:
 
 
 def model_name(args: argparse.Namespace) -> str:
-    if args.served_model_name:
+    if getattr(args, "served_model_name", None):
         return args.served_model_name
     return args.pair if args.target is None else Path(args.target).name
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from dynaspec.continuous import ContinuousBatch
@@ -59,3 +61,26 @@ def serve(app: Any, config: ServeConfig, log_level: str = "info", drain_s: float
         log_level=log_level,
         timeout_graceful_shutdown=drain_s,
     )
+
+
+@contextlib.contextmanager
+def in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Runs `app` with uvicorn on a thread of this process (port 0: a free one); yields the
+    server's base URL, e.g. "http://127.0.0.1:43121", and stops it afterwards. For tests
+    and `dynaspec loadtest`."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="dynaspec-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
