@@ -148,11 +148,20 @@ def test_models_health_and_metrics(server) -> None:
     status, _, body = call(url, "/health")
     assert status == 200 and json.loads(body)["status"] == "ok"
     chat(url, PROMPTS[0], max_tokens=4)
+    assert (
+        call(
+            url,
+            "/v1/chat/completions",
+            {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]},
+        )[0]
+        == 404
+    )
     status, headers, body = call(url, "/metrics")
     text = body.decode()
     assert status == 200 and headers["content-type"].startswith("text/plain")
     for series in (
         'dynaspec_requests_total{endpoint="chat",status="200"}',
+        'dynaspec_requests_total{endpoint="chat",status="404"}',
         "dynaspec_time_to_first_token_seconds_bucket",
         "dynaspec_drafted_tokens_total",
         "dynaspec_accepted_tokens_total",

@@ -74,6 +74,20 @@ def test_bad_requests_get_openai_errors(server, body: bytes, status: int, words:
     assert words in error_of(got, answer)["message"]
 
 
+def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives(server) -> None:
+    url, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    pieces = (b'{"model": "tiny", "messages": [' + b" " * 1000 for _ in range(8))
+    connection.request(
+        "POST", CHAT, pieces, {"Content-Type": "application/json"}, encode_chunked=True
+    )
+    response = connection.getresponse()
+    assert response.status == 413
+    assert "larger than 4096 bytes" in error_of(413, response.read())["message"]
+    connection.close()
+
+
 def test_the_server_still_answers_after_errors(server) -> None:
     url, _ = server
     call(url, CHAT, raw=b"\xff\xfe garbage")

@@ -25,7 +25,7 @@ from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.settings import resolve_settings
+from dynaspec.core.settings import pad_token_id, resolve_settings
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.validation import check_batch, check_token_ids
@@ -98,7 +98,8 @@ def generate_batch(
     with torch.inference_mode():
         policy = batch_policy(spec, len(rows))
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
-    output = _output(rows, ids.shape[1], _pad_id(kwargs, target, limits), wall, criteria)
+    pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
+    output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
@@ -186,16 +187,6 @@ def _row_sampling(sampling: SamplingConfig, index: int) -> SamplingConfig:
         return sampling
     mixed = zlib.crc32(f"{sampling.seed}:row{index}".encode()) ^ (sampling.seed << 32)
     return replace(sampling, seed=mixed & (2**63 - 1))
-
-
-def _pad_id(kwargs: dict[str, Any], target: Any, limits: Any) -> int:
-    """The token after a row's end: pad_token_id, else the target's, else its first EOS
-    (as transformers falls back), else 0."""
-    config = getattr(target, "generation_config", None)
-    for candidate in (kwargs.get("pad_token_id"), getattr(config, "pad_token_id", None)):
-        if isinstance(candidate, int):
-            return candidate
-    return limits.eos_token_ids[0] if limits.eos_token_ids else 0
 
 
 def _output(

@@ -76,6 +76,18 @@ class TokenSampler:
             return scores.argmax(-1)
         return self.sample(probs)
 
+    def next_draft(
+        self,
+        logits: torch.Tensor,
+        tokens: torch.Tensor,
+        drafted: Sequence[torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A draft model's next token from its (V,) logits, processed with the committed
+        `tokens` and this round's `drafted` ones as the prefix: (token 0-dim, probs (V,))."""
+        scores = self.process(logits[None], tokens, drafted)[0]  # (V,)
+        probs = self.normalize(scores[None])[0]  # (V,)
+        return self.pick(scores, probs), probs
+
     def uniform(self, n: int, device: torch.device | str) -> torch.Tensor:
         """(n,) uniform draws in [0, 1) on `device`, from that device's generator."""
         return torch.rand(n, generator=self.generator(device), device=device)

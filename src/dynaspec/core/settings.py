@@ -169,3 +169,24 @@ def _strings(stop_strings: str | list[str] | None) -> tuple[str, ...]:
     if isinstance(stop_strings, str):
         return (stop_strings,)
     return tuple(stop_strings)
+
+
+def pad_token_id(
+    target: Any,
+    *,
+    given: int | None = None,
+    tokenizer: Any = None,
+    eos_token_ids: tuple[int, ...] = (),
+) -> int | None:
+    """The token that pads a row after its end, as transformers picks it: the call's
+    `pad_token_id`, else the tokenizer's, else the target's generation config's, else its
+    first EOS id (None when there is none)."""
+    config = getattr(target, "generation_config", None)
+    for candidate in (
+        given,
+        getattr(tokenizer, "pad_token_id", None),
+        getattr(config, "pad_token_id", None),
+    ):
+        if isinstance(candidate, int):
+            return candidate
+    return eos_token_ids[0] if eos_token_ids else None

@@ -168,10 +168,8 @@ class BatchDrafter:
         """One drafted token of a row, as the step its stopper sees."""
         sampler, sequence = state.sampler, state.sequence
         logits = logits.to(sequence.device)
-        scores = sampler.process(logits[None], sequence, state.tokens)[0]  # (V,)
-        probs = sampler.normalize(scores[None])[0]  # (V,)
         check_finite(bool(torch.isfinite(logits).all()), self.model)
-        token = sampler.pick(scores, probs)
+        token, probs = sampler.next_draft(logits, sequence, state.tokens)
         state.tokens.append(token)
         if sampler.config.do_sample:
             state.probs.append(probs)

@@ -78,11 +78,8 @@ class ModelDrafter:
                 # transformers' processors hold tensors on the target's device: a draft on
                 # another device is processed, and samples, there.
                 logits = logits.to(tokens.device)
-            # Processed with the committed tokens + this round's drafts as the prefix.
-            scores = sampler.process(logits[None], tokens, drafted)[0]  # (V,)
-            probs = sampler.normalize(scores[None])[0]  # (V,)
             try:
-                token = sampler.pick(scores, probs)
+                token, probs = sampler.next_draft(logits, tokens, drafted)
             except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
                 check_finite(bool(torch.isfinite(logits).all()), self.model)
                 raise

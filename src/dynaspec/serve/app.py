@@ -30,30 +30,29 @@ from dynaspec.serve.prompts import Prompter
 from dynaspec.serve.text import TextStream
 
 OPEN = ("/health",)  # the only path served without the API key
+ENDPOINTS = {  # path -> the `endpoint` label of dynaspec_requests_total
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/models": "models",
+    "/health": "health",
+    "/metrics": "metrics",
+}
 
 
 def create_app(engine: Engine, prompter: Prompter, config: ServeConfig) -> FastAPI:
-    """The server's ASGI app; the engine must be started (and stopped) by the caller or
-    by the app's lifespan (`own_engine`)."""
+    """The server's ASGI app over `engine`, which the caller starts and stops (serve/run.py
+    does it in the app's lifespan)."""
     app = FastAPI(title="dynaspec serve", docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.state.engine, app.state.prompter, app.state.config = engine, prompter, config
     _errors(app)
 
     @app.middleware("http")
-    async def authenticate(request: Request, call_next: Any) -> Response:
-        if config.api_key and request.url.path not in OPEN:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
-                error = protocol.ServeError(
-                    401,
-                    "invalid or missing API key: send the key given to --api-key as "
-                    "'Authorization: Bearer KEY' (the openai client's api_key=)",
-                    kind="authentication_error",
-                    code="invalid_api_key",
-                )
-                return _error_response(error)
-        return await call_next(request)
+    async def authenticate_and_count(request: Request, call_next: Any) -> Response:
+        response = await _authenticated(request, call_next, config)
+        label = ENDPOINTS.get(request.url.path, "other")
+        engine.metrics.requests.labels(label, str(response.status_code)).inc()
+        return response
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -79,16 +78,30 @@ def create_app(engine: Engine, prompter: Prompter, config: ServeConfig) -> FastA
     return app
 
 
+async def _authenticated(request: Request, call_next: Any, config: ServeConfig) -> Response:
+    """The route's response, or 401 when the API key is set and not given."""
+    if config.api_key and request.url.path not in OPEN:
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
+            error = protocol.ServeError(
+                401,
+                "invalid or missing API key: send the key given to --api-key as "
+                "'Authorization: Bearer KEY' (the openai client's api_key=)",
+                kind="authentication_error",
+                code="invalid_api_key",
+            )
+            return _error_response(error)
+    return await call_next(request)
+
+
 async def _complete(request: Request, body: Any, chat: bool) -> Response:
     """Checks, submits and answers one request (streamed or whole)."""
     state = request.app.state
     engine, config, prompter = state.engine, state.config, state.prompter
-    endpoint = "chat" if chat else "completions"
     try:
         job, events = _job(body, chat, engine, config, prompter)
         engine.submit(job)
     except QueueFull as full:
-        engine.metrics.requests.labels(endpoint, "429").inc()
         raise protocol.ServeError(
             429,
             f"the server is busy ({config.max_batch} requests running, {config.max_queue} "
@@ -99,10 +112,9 @@ async def _complete(request: Request, body: Any, chat: bool) -> Response:
         ) from None
     ident = protocol.new_id(chat)
     if body.stream:
-        stream = _stream(request, job, events, ident, body, chat, engine, endpoint)
+        stream = _stream(request, job, events, ident, body, chat)
         return StreamingResponse(stream, media_type="text/event-stream")
     text, finished = await _collect(request, job, events)
-    engine.metrics.requests.labels(endpoint, "200").inc()
     used = protocol.usage(finished.prompt_tokens, finished.completion_tokens)
     return JSONResponse(
         protocol.response(
@@ -175,8 +187,6 @@ async def _stream(
     ident: str,
     body: Any,
     chat: bool,
-    engine: Engine,
-    endpoint: str,
 ) -> AsyncIterator[str]:
     """Server-sent events: a role chunk (chat), text chunks, the closing chunk (and a
     usage chunk when stream_options.include_usage), then [DONE]."""
@@ -200,7 +210,6 @@ async def _stream(
                 closing.update(choices=[], usage=used)
                 yield _sse(closing)
             yield "data: [DONE]\n\n"
-            engine.metrics.requests.labels(endpoint, "200").inc()
             return
     finally:
         job.cancel()  # a client that went away mid-stream: its row leaves at the next round

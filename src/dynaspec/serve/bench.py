@@ -48,6 +48,11 @@ def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-assistant-tokens", type=int_at_least(1), default=20)
     p.add_argument("--threshold", type=float, default=0.4)
     p.add_argument("--url", help="an OpenAI-compatible server to test instead (no comparison)")
+    p.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="skip decoding each prompt with the target alone to compare the outputs",
+    )
     p.add_argument("--model", help="with --url: the model name to send")
     p.add_argument("--timeout", type=float, default=3600, help="deadline of each run, seconds")
     p.add_argument("--out", default="benchmarks/serve", help="folder for loadtest.json/.md")
@@ -92,6 +97,7 @@ def _prompts(args: argparse.Namespace, count: int) -> tuple[str, ...]:
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
+    args.git_at_start = git_state()  # the code that runs (the files may change meanwhile)
     counts = args.client_counts if hasattr(args, "client_counts") else _counts(args.clients)
     prompts = _prompts(args, max(counts) * args.requests)
     if args.url is not None:
@@ -114,7 +120,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     with in_thread(app) as url:
         results = _runs(url, name, counts, prompts, args)
-    alone = _alone_texts(target, tokenizer, results, args.max_tokens)
+    alone = None if args.no_compare else _alone_texts(target, tokenizer, results, args.max_tokens)
     return _write(args, results, alone)
 
 
@@ -169,10 +175,12 @@ def _write(args: Any, results: list[LoadResult], alone: dict[str, str] | None) -
         runs.append(summary)
     record = {
         "command": " ".join(sys.argv),
-        "config": {k: v for k, v in vars(args).items() if k not in ("func", "check")},
+        "config": {
+            k: v for k, v in vars(args).items() if k not in ("func", "check", "git_at_start")
+        },
         "machine": machine_info(),
         "versions": library_versions(),
-        "git": git_state(),
+        "git": args.git_at_start,
         "runs": runs,
         "requests": [[asdict(r) for r in result.results] for result in results],
     }

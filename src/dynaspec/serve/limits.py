@@ -6,10 +6,6 @@ import json
 from typing import Any
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuses bodies over `max_bytes`: at once when Content-Length says so, else as soon
     as the bytes received pass the limit (a chunked upload)."""
@@ -27,21 +23,26 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send)
             return
-        seen = 0
+        seen, refused = 0, False
 
         async def counted() -> dict:
-            nonlocal seen
+            """The app's receive: past the limit, answer 413 and tell the app the client
+            left (FastAPI would turn an exception raised here into its own 400)."""
+            nonlocal seen, refused
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.request" and not refused:
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise BodyTooLarge
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}
             return message
 
-        try:
-            await self.app(scope, counted, send)
-        except BodyTooLarge:
-            await self._refuse(send)
+        async def guarded(message: dict) -> None:
+            if not refused:  # after the 413 the app's own answer goes nowhere
+                await send(message)
+
+        await self.app(scope, counted, guarded)
 
     async def _refuse(self, send: Any) -> None:
         body = json.dumps(

@@ -49,6 +49,7 @@ from typing import Any, TextIO
 
 import torch
 
+from dynaspec.core.settings import pad_token_id
 from dynaspec.errors import ConfigError
 from dynaspec.eval import data, provenance
 from dynaspec.eval.bench.args import (
@@ -486,12 +487,8 @@ def _render_prompts(
 
 
 def _pad_id(target: Any, tokenizer: Any) -> int | None:
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(getattr(target, "generation_config", None), "pad_token_id", None)
-    if pad is None:
-        pad = next(iter(eos_token_ids(target, tokenizer)), None)
-    return pad
+    eos = tuple(eos_token_ids(target, tokenizer))
+    return pad_token_id(target, tokenizer=tokenizer, eos_token_ids=eos)
 
 
 def _default_out_dir(label: str, date: str, *, smoke: bool = False) -> Path:

@@ -49,7 +49,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="per prompt (default 128, --smoke 32)",
     )
-    parser.add_argument("--out", default="benchmarks/oracle", help="output directory")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default benchmarks/oracle; with --smoke a new temporary "
+        "folder, as a smoke run measures nothing worth keeping in the work tree)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,9 @@ def _resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
         args.n = SMOKE_PROMPTS if args.smoke else DEFAULT_PROMPTS
     if args.max_new_tokens is None:
         args.max_new_tokens = SMOKE_NEW_TOKENS if args.smoke else DEFAULT_NEW_TOKENS
+    if args.out is None:
+        smoke = tempfile.mkdtemp(prefix="dynaspec-oracle-smoke-") if args.smoke else None
+        args.out = smoke or "benchmarks/oracle"
     if args.n < 1 or args.max_new_tokens < 1:
         raise ConfigError("--n and --max-new-tokens must be >= 1")
     return args
