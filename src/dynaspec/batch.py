@@ -47,6 +47,7 @@ BATCH_OPTIONS = (
     "logits_processor",
     "stopping_criteria",
     "tokenizer",
+    "assistant_tokenizer",
 )
 
 
@@ -118,6 +119,11 @@ def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
         raise UnsupportedOptionError(
             "streamer= streams one sequence (transformers' streamers refuse batches too)"
             + one_at_a_time
+        )
+    if draft is not None and options.get("assistant_tokenizer") is not None:
+        raise UnsupportedOptionError(
+            "a draft with another tokenizer (assistant_tokenizer=) drafts for one sequence "
+            "at a time for now" + one_at_a_time
         )
     if options.get("policy") is not None:
         raise UnsupportedOptionError(

@@ -24,7 +24,9 @@ from dynaspec.core.validation import (
     check_lengths,
     check_pair,
     check_prompt,
+    check_text_options,
     check_token_ids,
+    text_pair,
 )
 from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.policies import make_policy
@@ -52,6 +54,7 @@ def generate(
     logits_processor: Sequence[Any] | None = None,
     stopping_criteria: Sequence[Any] | None = None,
     tokenizer: Any = None,
+    assistant_tokenizer: Any = None,
     attention_mask: torch.Tensor | None = None,
     **kwargs: Unpack[GenerationKwargs],
 ) -> GenerateOutput:
@@ -77,6 +80,8 @@ def generate(
     whole match, as transformers does, whose usual is 10). `input_ids` (B, T) with its
     `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
     Bare models are paired by vocabulary size; load_pair checks token lists (docs/models.md).
+    With `tokenizer` and `assistant_tokenizer` (the draft's), a draft of another vocabulary
+    drafts through text, greedy only, as transformers' UAG (drafters/cross_tokenizer.py).
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     check_call_arguments(seed, streamer, policy)
@@ -89,51 +94,75 @@ def generate(
         own = {k: v for k, v in locals().items() if k in BATCH_OPTIONS}
         return generate_batch(target, draft, input_ids, attention_mask, spec, own, kwargs)
     prompt = check_prompt(input_ids)
-    target_adapter, draft_adapter = _checked_adapters(target, draft, prompt, attention_mask)
+    target_adapter, draft_adapter, texts = _checked_adapters(
+        target, draft, prompt, attention_mask, (tokenizer, assistant_tokenizer)
+    )
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
     settings = resolve_settings(
         kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
     )
-    limits = settings.limits
-    models = [target_adapter] + ([draft_adapter] if draft_adapter is not None else [])
-    check_lengths(models, prompt.shape[1], limits.max_new_tokens)
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
+    _check_settings(target_adapter, draft_adapter, texts, prompt, settings, lookup)
     fresh = make_policy(spec)  # checks the schedule's name even when `policy` is given
     policy = fresh if policy is None else policy
-    # Processors run where the target's logits and the committed tokens live.
-    on_target = prompt.to(getattr(target_adapter, "device", prompt.device))
-    sampler = _sampler(settings, logits_processor, on_target, input_length)
-    criteria = build_stopping(limits, tokenizer, stopping_criteria, started)
+    sampler = _sampler(settings, logits_processor, prompt, target_adapter, input_length)
+    criteria = build_stopping(settings.limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
     with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
-        drafter = make_drafter(
-            draft_adapter, target_adapter.vocab_size, limits.eos_token_ids, lookup
-        )
+        eos = settings.limits.eos_token_ids
+        drafter = make_drafter(draft_adapter, target_adapter.vocab_size, eos, lookup, texts)
         output = decode(
-            target_adapter, drafter, prompt, policy, sampler, limits, streamer, emission
+            target_adapter, drafter, prompt, policy, sampler, settings.limits, streamer, emission
         )
     output.stats.processors = tuple(short_name(p) for p in [*sampler.processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
-def _sampler(settings: Any, custom: Any, prompt: torch.Tensor, input_length: int) -> TokenSampler:
+def _sampler(
+    settings: Any, custom: Any, prompt: torch.Tensor, target: Any, input_length: int
+) -> TokenSampler:
     """The processors in transformers' order, and a sampler over them; each model samples
-    with a generator on its own device, the target's seeded with `seed`."""
+    with a generator on its own device, the target's seeded with `seed`. Processors run
+    where the target's logits and the committed tokens live."""
+    prompt = prompt.to(getattr(target, "device", prompt.device))
     processors = full_processor_list(
         settings.sampling, settings.processors, custom, prompt, input_length, settings.limits
     )
     return TokenSampler(settings.sampling, device=prompt.device, processors=processors)
 
 
+def _check_settings(
+    target: Any,
+    draft: Any,
+    texts: tuple[Any, Any] | None,
+    prompt: torch.Tensor,
+    settings: Any,
+    lookup: Any,
+) -> None:
+    """The checks that need the settings: the lengths (a draft with another tokenizer counts
+    its own tokens, and stops drafting at its context's end) and what such a draft does not
+    do yet."""
+    check_text_options(texts, settings.sampling.do_sample, lookup)
+    models = [target] + ([draft] if draft is not None and texts is None else [])
+    check_lengths(models, prompt.shape[1], settings.limits.max_new_tokens)
+
+
 def _checked_adapters(
-    target: Any, draft: Any, prompt: torch.Tensor, attention_mask: torch.Tensor | None
-) -> tuple[Any, Any]:
-    """The two models as adapters, after the checks that need no settings."""
+    target: Any,
+    draft: Any,
+    prompt: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    tokenizers: tuple[Any, Any],
+) -> tuple[Any, Any, tuple[Any, Any] | None]:
+    """The two models as adapters after the checks that need no settings, and the two
+    tokenizers when the draft drafts through text (another vocabulary), else None."""
     check_attention_mask(attention_mask, prompt)
     target_adapter = as_adapter(target)
     draft_adapter = as_adapter(draft) if draft is not None else None
     draft_adapter = separate_draft(target_adapter, draft_adapter)  # target is draft: a fork
-    check_pair(target_adapter, draft_adapter)
+    texts = text_pair(target_adapter, draft_adapter, *tokenizers)
+    if texts is None:
+        check_pair(target_adapter, draft_adapter)
     check_token_ids(prompt, target_adapter.vocab_size)
-    return target_adapter, draft_adapter
+    return target_adapter, draft_adapter, texts

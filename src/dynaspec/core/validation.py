@@ -89,8 +89,67 @@ def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
     if target.vocab_size != draft.vocab_size:
         raise IncompatibleModelsError(
             f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}: "
-            "the draft must share the target's tokenizer (universal assisted decoding across "
-            "tokenizers is not supported yet); pick a draft from the same model family"
+            "the draft does not share the target's tokenizer; to draft through text pass both "
+            "tokenizers, tokenizer=<the target's> and assistant_tokenizer=<the draft's> "
+            "(greedy only), or pick a draft from the same model family"
+        )
+
+
+def text_pair(
+    target: ModelAdapter, draft: ModelAdapter | None, tokenizer: Any, assistant_tokenizer: Any
+) -> tuple[Any, Any] | None:
+    """(tokenizer, assistant_tokenizer) when the draft drafts through text, its vocabulary
+    being another than the target's; None when it proposes target ids itself (no
+    assistant_tokenizer, or the same tokens). IncompatibleModelsError for tokenizers that
+    cannot serve: a missing one, or one with more tokens than its model has logits."""
+    if draft is None or assistant_tokenizer is None:
+        return None
+    if tokenizer is None:
+        raise IncompatibleModelsError(
+            "assistant_tokenizer= was given without tokenizer=: a draft with another tokenizer "
+            "needs both, tokenizer=<the target's> and assistant_tokenizer=<the draft's>"
+        )
+    _check_tokenizer("tokenizer", tokenizer, target, "target")
+    _check_tokenizer("assistant_tokenizer", assistant_tokenizer, draft, "draft")
+    if target.vocab_size == draft.vocab_size and (
+        tokenizer is assistant_tokenizer or tokenizer.get_vocab() == assistant_tokenizer.get_vocab()
+    ):
+        return None  # one vocabulary: the draft proposes the target's ids directly
+    if target.is_encoder_decoder or draft.is_encoder_decoder:
+        raise UnsupportedOptionError(
+            "a draft with another tokenizer pairs decoder-only models for now: pick a draft "
+            "that shares the encoder-decoder target's tokenizer"
+        )
+    return tokenizer, assistant_tokenizer
+
+
+def _check_tokenizer(name: str, tokenizer: Any, model: ModelAdapter, whose: str) -> None:
+    """A transformers tokenizer with no more tokens than `model` has logits."""
+    if not all(hasattr(tokenizer, a) for a in ("encode", "decode", "get_vocab", "__len__")):
+        raise ConfigError(
+            f"{name}= must be a transformers tokenizer (AutoTokenizer.from_pretrained(...)), "
+            f"got a {type(tokenizer).__name__}"
+        )
+    if model.vocab_size and len(tokenizer) > model.vocab_size:
+        raise IncompatibleModelsError(
+            f"{name}= has {len(tokenizer)} tokens but the {whose} model's vocabulary has "
+            f"{model.vocab_size}: pass the {whose}'s own tokenizer as {name}="
+        )
+
+
+def check_text_options(texts: tuple[Any, Any] | None, do_sample: bool, lookup: Any) -> None:
+    """UnsupportedOptionError for what a draft with another tokenizer does not do yet."""
+    if texts is None:
+        return
+    if do_sample:
+        raise UnsupportedOptionError(
+            "a draft with another tokenizer (assistant_tokenizer=) drafts greedily only for "
+            "now: pass do_sample=False, or a draft that shares the target's tokenizer"
+        )
+    if lookup is not None:
+        raise UnsupportedOptionError(
+            "prompt lookup (prompt_lookup_num_tokens=) does not combine with a draft of "
+            "another tokenizer yet: drop one of the two"
         )
 
 

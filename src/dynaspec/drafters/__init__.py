@@ -1,15 +1,20 @@
 """Draft sources behind one seam (`dynaspec.core.protocols.Drafter`): a draft model, prompt
-lookup, or both (the hybrid); `make_drafter` picks one from generate()'s arguments."""
+lookup, or both (the hybrid), or a draft model with another tokenizer (through text);
+`make_drafter` picks one from generate()'s arguments."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dynaspec.core.protocols import Drafter, ModelAdapter
+from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter, draft_eos_ids
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.hybrid import HybridDrafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
 from dynaspec.errors import ConfigError
 
 __all__ = [
+    "CrossTokenizerDrafter",
     "HybridDrafter",
     "LookupConfig",
     "ModelDrafter",
@@ -39,9 +44,14 @@ def make_drafter(
     vocab_size: int,
     eos_token_ids: tuple[int, ...],
     lookup: LookupConfig | None = None,
+    texts: tuple[Any, Any] | None = None,
 ) -> Drafter | None:
     """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
-    config), both (the hybrid), or None (the target alone)."""
+    config), both (the hybrid), or None (the target alone). With `texts`, the target's and
+    the draft's tokenizers, the draft model drafts through text."""
+    if texts is not None and draft is not None:
+        eos = draft_eos_ids(texts[1], draft)
+        return CrossTokenizerDrafter(draft, texts[0], texts[1], eos)
     model = ModelDrafter(draft) if draft is not None else None
     if lookup is None:
         return model
