@@ -31,10 +31,11 @@ from dynaspec.models.arguments import (
     fast_options,
     float_in,
     int_at_least,
+    load_from_arguments,
     warn_idle_flags,
 )
 from dynaspec.models.dtype import DtypeChoice
-from dynaspec.models.loading import dtype_choice, load_models
+from dynaspec.models.loading import dtype_choice
 from dynaspec.policies import SCHEDULES
 from dynaspec.serve.args import add_serve_arguments
 from dynaspec.serve.bench import add_loadtest_arguments
@@ -268,15 +269,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
     text = args.prompt if args.prompt is not None else args.text
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
-    target, draft, tokenizer = load_models(
-        args.pair,
-        target=args.target,
-        draft=args.draft,
-        dtype=args.dtype,
-        threads=args.threads,
-        with_draft=not args.no_draft,
-        **fast_options(args),
-    )
+    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dynaspec.errors import ConfigError
 from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import DEFAULT_PAIR, pair_presets
 
@@ -259,3 +260,30 @@ def warn_idle_flags(args: argparse.Namespace, stream: Any) -> None:
             "generation config samples), or drop it",
             file=stream,
         )
+
+
+def load_from_arguments(args: argparse.Namespace, **fast: Any) -> tuple[Any, Any, Any]:
+    """(target, draft, tokenizer) as the model flags (--pair/--target/--draft, --dtype,
+    --threads, --no-draft) and `fast` (the fast path's options) ask for them."""
+    from dynaspec.models.loading import load_models
+
+    return load_models(
+        args.pair,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        with_draft=not getattr(args, "no_draft", False),
+        **fast,
+    )
+
+
+def counts(text: str, flag: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4) for a flag that takes counts >= 1; ConfigError naming `flag`."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise ConfigError(f"{flag} {text!r}: give counts such as 1,2,4,8") from error
+    if not values or min(values) < 1:
+        raise ConfigError(f"{flag} {text!r}: give counts >= 1, such as 1,2,4,8")
+    return values

@@ -16,6 +16,7 @@ from dynaspec.models.arguments import (
     check_model_arguments,
     float_in,
     int_at_least,
+    load_from_arguments,
 )
 from dynaspec.policies import SCHEDULES
 
@@ -106,7 +107,6 @@ def run_serve(args: argparse.Namespace) -> int:
             f'dynaspec serve needs {", ".join(missing)}: pip install -e ".[serve]" '
             "(or pip install fastapi uvicorn prometheus_client)"
         )
-    from dynaspec.models.loading import load_models
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, serve
 
@@ -121,14 +121,7 @@ def run_serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.default_max_tokens,
         max_tokens_limit=args.max_tokens_limit,
     )
-    target, draft, tokenizer = load_models(
-        args.pair,
-        target=args.target,
-        draft=args.draft,
-        dtype=args.dtype,
-        threads=args.threads,
-        with_draft=not args.no_draft,
-    )
+    target, draft, tokenizer = load_from_arguments(args)
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     how = "the target alone" if draft is None else f"speculative, schedule {args.schedule}"
     print(

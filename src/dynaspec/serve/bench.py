@@ -22,7 +22,13 @@ from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import ConfigError
 from dynaspec.eval.load import LoadConfig, LoadResult, run_load, table
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
-from dynaspec.models.arguments import add_model_arguments, check_model_arguments, int_at_least
+from dynaspec.models.arguments import (
+    add_model_arguments,
+    check_model_arguments,
+    counts,
+    int_at_least,
+    load_from_arguments,
+)
 from dynaspec.policies import SCHEDULES
 from dynaspec.serve.args import check_decoding_arguments, model_name, spec
 
@@ -79,13 +85,7 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as error:
-        raise ConfigError(f"--clients {text!r}: give counts such as 1,2,4,8") from error
-    if not counts or min(counts) < 1:
-        raise ConfigError(f"--clients {text!r}: give counts >= 1, such as 1,2,4,8")
-    return counts
+    return counts(text, "--clients")
 
 
 def _prompts(args: argparse.Namespace, count: int) -> tuple[str, ...]:
@@ -103,18 +103,10 @@ def run_loadtest(args: argparse.Namespace) -> int:
     if args.url is not None:
         results = _runs(args.url, args.model, counts, prompts, args)
         return _write(args, results, None)
-    from dynaspec.models.loading import load_models
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, in_thread
 
-    target, draft, tokenizer = load_models(
-        args.pair,
-        target=args.target,
-        draft=args.draft,
-        dtype=args.dtype,
-        threads=args.threads,
-        with_draft=not args.no_draft,
-    )
+    target, draft, tokenizer = load_from_arguments(args)
     name = model_name(args)
     config = ServeConfig(model_name=name, port=0, max_batch=args.max_batch, max_queue=64)
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)

@@ -25,6 +25,7 @@ from dynaspec.errors import ConfigError
 from dynaspec.eval.bench.tables import markdown_table
 from dynaspec.eval.prompts_file import left_padded
 from dynaspec.generation import generate
+from dynaspec.models.arguments import counts
 
 # method -> how it decodes a batch: (target, draft, ids, mask, max_new, eos, pad) -> ids
 Decode = Callable[[Any, Any, torch.Tensor, torch.Tensor, int, list[int], int], torch.Tensor]
@@ -88,13 +89,7 @@ class BatchRecord:
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """'1,2,4' -> (1, 2, 4); ConfigError in --batch words otherwise."""
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as error:
-        raise ConfigError(f"--batch {text!r}: give batch sizes such as 1,2,4,8") from error
-    if not sizes or min(sizes) < 1:
-        raise ConfigError(f"--batch {text!r}: give batch sizes >= 1, such as 1,2,4,8")
-    return sizes
+    return counts(text, "--batch")
 
 
 def parse_batch_methods(text: str) -> tuple[str, ...]:
