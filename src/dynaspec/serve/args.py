@@ -21,6 +21,7 @@ from dynaspec.models.arguments import (
 from dynaspec.policies import SCHEDULES
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")  # the `serve` extra
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,17 +97,18 @@ def model_name(args: argparse.Namespace) -> str:
     return args.pair if args.target is None else Path(args.target).name
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    missing = [
-        name
-        for name in ("fastapi", "uvicorn", "prometheus_client")
-        if importlib.util.find_spec(name) is None
-    ]
+def require(*modules: str) -> None:
+    """MissingDependencyError naming the install command when a module is missing."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         raise MissingDependencyError(
-            f'dynaspec serve needs {", ".join(missing)}: pip install -e ".[serve]" '
-            "(or pip install fastapi uvicorn prometheus_client)"
+            f'this command needs {", ".join(missing)}: pip install -e ".[serve]" '
+            f"(or pip install {' '.join(missing)})"
         )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    require(*SERVER_MODULES)
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, serve
 

@@ -16,11 +16,10 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import ConfigError
-from dynaspec.eval.load import LoadConfig, LoadResult, run_load, table
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
 from dynaspec.models.arguments import (
     add_model_arguments,
@@ -30,7 +29,10 @@ from dynaspec.models.arguments import (
     load_from_arguments,
 )
 from dynaspec.policies import SCHEDULES
-from dynaspec.serve.args import check_decoding_arguments, model_name, spec
+from dynaspec.serve.args import SERVER_MODULES, check_decoding_arguments, model_name, require, spec
+
+if TYPE_CHECKING:
+    from dynaspec.eval.load import LoadResult
 
 SMOKE_PROMPTS = ("def fib(n):", "class Stack:\n    def push(self, x):", "x = [1, 2", "import os")
 
@@ -97,6 +99,7 @@ def _prompts(args: argparse.Namespace, count: int) -> tuple[str, ...]:
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
+    require(*(("openai",) if args.url is not None else (*SERVER_MODULES, "openai")))
     args.git_at_start = git_state()  # the code that runs (the files may change meanwhile)
     counts = args.client_counts if hasattr(args, "client_counts") else _counts(args.clients)
     prompts = _prompts(args, max(counts) * args.requests)
@@ -119,6 +122,8 @@ def run_loadtest(args: argparse.Namespace) -> int:
 def _runs(
     url: str, model: str, counts: tuple[int, ...], prompts: tuple[str, ...], args: Any
 ) -> list[LoadResult]:
+    from dynaspec.eval.load import LoadConfig, run_load, table
+
     base = dict(
         base_url=url + "/v1",
         model=model,
@@ -177,6 +182,8 @@ def _write(args: Any, results: list[LoadResult], alone: dict[str, str] | None) -
         "requests": [[asdict(r) for r in result.results] for result in results],
     }
     (out / f"{stem}.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    from dynaspec.eval.load import table
+
     lines = [table(results)]
     if alone is not None:
         lines.append("")
