@@ -83,7 +83,7 @@ def generate_batch(
     )
     _refuse_outputs(settings.outputs, kwargs)
     limits = settings.limits
-    _check_pair(target_batch, draft_batch)
+    check_batch_pair(target_batch, draft_batch)
     check_token_ids(ids, target_batch.vocab_size)
     ids, mask = ids.to(target_batch.device), mask.to(target_batch.device)
     criteria = build_stopping(
@@ -93,9 +93,7 @@ def generate_batch(
     lookup = lookup_config(
         options.get("prompt_lookup_num_tokens"), options.get("max_matching_ngram_size")
     )
-    drafter = None
-    if draft_batch is not None or lookup is not None:
-        drafter = BatchDrafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
+    drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         policy = batch_policy(spec, len(rows))
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
@@ -147,12 +145,26 @@ def _refuse_outputs(outputs: Any, call: dict[str, Any]) -> None:
         )
 
 
-def _check_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> None:
+def check_batch_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> None:
+    """IncompatibleModelsError when the draft's vocabulary is another than the target's."""
     if draft is not None and draft.vocab_size != target.vocab_size:
         raise IncompatibleModelsError(
             f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
             f"({target.vocab_size}): use a draft that shares the target's tokenizer"
         )
+
+
+def batch_drafter(
+    draft: HFBatchAdapter | None,
+    lookup: Any,
+    vocab_size: int,
+    eos_token_ids: tuple[int, ...],
+) -> BatchDrafter | None:
+    """The batch's draft source: the draft model, prompt lookup (a `lookup` config), both,
+    or None (the target alone)."""
+    if draft is None and lookup is None:
+        return None
+    return BatchDrafter(draft, lookup, vocab_size, eos_token_ids)
 
 
 def _row(
@@ -165,24 +177,37 @@ def _row(
     criteria: Sequence[Any],
 ) -> Row:
     """Row `index` with its own policy, sampler (its own random stream) and stop rules."""
-    limits = settings.limits
     prompt = ids[index : index + 1]  # (1, T) with its left padding, as transformers sees it
-    processors = full_processor_list(
-        settings.sampling,
-        settings.processors,
-        options.get("logits_processor"),
-        prompt,
-        ids.shape[1],
-        limits,
-    )
     sampling = _row_sampling(settings.sampling, index)
+    pads = int((mask[index] == 0).sum())
+    return new_row(prompt, pads, settings, criteria, options.get("logits_processor"), sampling)
+
+
+def new_row(
+    prompt: torch.Tensor,
+    pads: int,
+    settings: Any,
+    criteria: Sequence[Any],
+    custom: Sequence[Any] | None = None,
+    sampling: SamplingConfig | None = None,
+) -> Row:
+    """A row for `prompt` (1, T), its first `pads` tokens left padding: its processors (the
+    settings' and the caller's `custom` ones), its sampler (`sampling`, default the
+    settings'), its stop rules (`criteria`) and room for its new tokens."""
+    limits, width = settings.limits, prompt.shape[1]
+    processors = full_processor_list(
+        settings.sampling, settings.processors, custom, prompt, width, limits
+    )
+    sampler = TokenSampler(
+        sampling or settings.sampling, device=prompt.device, processors=processors
+    )
     return Row(
-        tokens=ids.new_empty(ids.shape[1] + limits.max_new_tokens),
-        pads=int((mask[index] == 0).sum()),
-        sampler=TokenSampler(sampling, device=ids.device, processors=processors),
+        tokens=prompt.new_empty(width + limits.max_new_tokens),
+        pads=pads,
+        sampler=sampler,
         emission=Emission.needed(criteria, settings.outputs),
         limits=limits,
-        stats=GenerationStats(prompt_tokens=ids.shape[1]),
+        stats=GenerationStats(prompt_tokens=width),
     )
 
 

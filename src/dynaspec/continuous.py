@@ -24,18 +24,15 @@ from typing import Any
 import torch
 
 from dynaspec.backends.hf_batch import HFBatchAdapter
-from dynaspec.batch import batch_policy
+from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
 from dynaspec.core.batch_loop import Row, batch_round
 from dynaspec.core.config import SpecConfig
-from dynaspec.core.processing import Emission, build_stopping, full_processor_list
+from dynaspec.core.processing import build_stopping
 from dynaspec.core.round import Round
-from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import resolve_settings
-from dynaspec.core.stats import GenerationStats
-from dynaspec.core.validation import check_token_ids
+from dynaspec.core.validation import check_token_ids, eos_ids
 from dynaspec.drafters import lookup_config
-from dynaspec.drafters.batch import BatchDrafter
-from dynaspec.errors import IncompatibleModelsError, InputError
+from dynaspec.errors import InputError
 
 
 class ContinuousBatch:
@@ -52,16 +49,11 @@ class ContinuousBatch:
         self.model = target
         self.target = HFBatchAdapter(target)
         draft_batch = HFBatchAdapter(draft) if draft is not None else None
-        if draft_batch is not None and draft_batch.vocab_size != self.target.vocab_size:
-            raise IncompatibleModelsError(
-                f"the draft's vocabulary ({draft_batch.vocab_size} tokens) differs from the "
-                f"target's ({self.target.vocab_size}): use a draft that shares its tokenizer"
-            )
+        check_batch_pair(self.target, draft_batch)
         lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
-        eos = _eos_ids(target)
-        self.drafter = None
-        if draft_batch is not None or lookup is not None:
-            self.drafter = BatchDrafter(draft_batch, lookup, self.target.vocab_size, eos)
+        # prompt lookup never copies past the target's EOS ids
+        eos = eos_ids(None, target)
+        self.drafter = batch_drafter(draft_batch, lookup, self.target.vocab_size, eos)
         self.policy = batch_policy(spec or SpecConfig(), 0)
         self.rows: list[Row] = []
 
@@ -85,19 +77,8 @@ class ContinuousBatch:
         settings = resolve_settings(
             call, self.model, None, ids.numel(), seed, self.target.vocab_size
         )
-        limits = settings.limits
-        processors = full_processor_list(
-            settings.sampling, settings.processors, None, ids[None], ids.numel(), limits
-        )
-        criteria = build_stopping(limits, tokenizer, None, time.time())
-        return Row(
-            tokens=ids.new_zeros(ids.numel() + limits.max_new_tokens),
-            pads=0,
-            sampler=TokenSampler(settings.sampling, device=ids.device, processors=processors),
-            emission=Emission.needed(criteria, settings.outputs),
-            limits=limits,
-            stats=GenerationStats(prompt_tokens=ids.numel()),
-        )
+        criteria = build_stopping(settings.limits, tokenizer, None, time.time())
+        return new_row(ids[None], 0, settings, criteria)
 
     def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> None:
         """Adds `row` (from make_row) with its prompt; it takes part from the next round."""
@@ -115,7 +96,9 @@ class ContinuousBatch:
         if not self.rows:
             return []
         with torch.inference_mode():
-            return batch_round(self.target, self.drafter, self.policy, self.rows, _now())
+            return batch_round(
+                self.target, self.drafter, self.policy, self.rows, time.perf_counter()
+            )
 
     def leave(self, gone: Callable[[Row], bool]) -> list[Row]:
         """Drops the rows for which `gone(row)` holds (ended, cancelled); returns them."""
@@ -130,15 +113,3 @@ class ContinuousBatch:
         self.policy.leave(keep)
         self.rows = [self.rows[index] for index in keep]
         return left
-
-
-def _now() -> float:
-    return time.perf_counter()
-
-
-def _eos_ids(target: Any) -> tuple[int, ...]:
-    """The target's EOS ids (prompt lookup never copies past them)."""
-    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        return ()
-    return (eos,) if isinstance(eos, int) else tuple(eos)

@@ -89,8 +89,7 @@ class HFBatchAdapter:
         if self._supports_logits_to_keep:
             kwargs["logits_to_keep"] = keep
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
-        cache = getattr(out, "cache", None)
-        self.cache = cache if cache is not None else out.past_key_values
+        self.cache = _cache_of(out)
         if not hasattr(self.cache, "crop"):
             raise UnsupportedModelError(
                 f"{type(self.model).__name__} returned a {type(self.cache).__name__} cache "
@@ -137,8 +136,7 @@ class HFBatchAdapter:
             if self._supports_logits_to_keep:
                 kwargs["logits_to_keep"] = 1
             out = self.model(input_ids=head[None], **kwargs)
-            own = getattr(out, "cache", None)
-            own = own if own is not None else out.past_key_values
+            own = _cache_of(out)
         rows, columns = len(self.slots), self.mask.shape[1]
         width = max(columns, count)
         if own is None:
@@ -219,3 +217,9 @@ class HFBatchAdapter:
             ) from err
         self.mask = self.mask[:, :cut]
         self.slots = [[slot for slot in slots if slot < cut] for slots in self.slots]
+
+
+def _cache_of(out: Any) -> Any:
+    """The cache a forward returned (transformers 5 names it `cache` in some models)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
