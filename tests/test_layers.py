@@ -23,6 +23,7 @@ RANKS = {
     "generation": 3.5,
     "models": 4,
     "eval": 5,
+    "integrations": 5,  # proposers that other engines call (vLLM), built on models
     "serve": 5.5,  # the OpenAI-compatible server (builds on continuous, models)
     "cli": 6,
     "__main__": 7,  # `python -m dynaspec` runs the CLI

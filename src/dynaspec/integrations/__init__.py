@@ -1,0 +1,1 @@
+"""dynaspec inside other engines: proposers that vLLM calls (vllm/, docs/vllm.md)."""

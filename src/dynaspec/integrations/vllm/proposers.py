@@ -1,0 +1,225 @@
+"""dynaspec's drafters and lookahead rules as vLLM proposers (`speculative_config`'s
+`custom_class` method: vLLM imports the class in each worker, builds it with its
+`VllmConfig`, and calls `propose` once per step; docs/vllm.md).
+
+    propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> one list per row
+
+Each call is one round for every row that just committed tokens: the rows are matched to
+their requests (requests.py), what the step judged is learned (steps.py), and each request
+gets the plan of dynaspec's policy for it, drafted by dynaspec's drafter, cut to vLLM's
+`num_speculative_tokens`. Nothing proposed (an empty list) where drafting does not pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+import torch
+
+from dynaspec.backends.hf import HFAdapter
+from dynaspec.core.config import SamplingConfig
+from dynaspec.core.protocols import LookaheadPolicy
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.drafters.draft_model import ModelDrafter
+from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
+from dynaspec.errors import ConfigError
+from dynaspec.integrations.vllm.requests import Request, RequestTracker, Row, Sent
+from dynaspec.integrations.vllm.settings import ProposerSettings
+from dynaspec.integrations.vllm.steps import StepCost, request_round, step_round
+from dynaspec.policies import AdaptivePolicy, make_policy
+
+
+class DynaspecProposer:
+    """What both proposers share: the rows' requests, the step's timing, the learning."""
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        settings: ProposerSettings | None = None,
+        clock: Callable[[], float] = perf_counter,
+    ):
+        if settings is None:
+            settings = ProposerSettings.from_vllm(vllm_config)
+        self.settings = settings
+        self.clock = clock  # seconds; steps are timed between propose() calls
+        self.tracker = RequestTracker(capacity=max(4 * settings.max_num_seqs, 64))
+        # adaptive: one set of estimates for the engine (its costs are the batch's); any
+        # other schedule keeps its own state per request (`Request.policy`)
+        self.shared = AdaptivePolicy(settings.num_speculative_tokens)
+        self.adaptive = settings.schedule == "adaptive"
+        self._last_end: float | None = None  # when the previous propose() returned
+        self._cost = StepCost()  # what it did
+        self.stats = ProposerStats()
+
+    # ---- vLLM's interface -------------------------------------------------------------
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM hands over its target model; dynaspec's drafters do not need it."""
+
+    def propose(
+        self,
+        sampled_token_ids: Sequence[Sequence[int]],
+        num_tokens_no_spec: np.ndarray,
+        token_ids_cpu: np.ndarray,
+        *args: Any,
+        **kwargs: Any,
+    ) -> list[list[int]]:
+        """At most num_speculative_tokens draft tokens per row (empty: none)."""
+        started = self.clock()
+        step_s = started - self._last_end if self._last_end is not None else 0.0
+        rows = self.tracker.rows(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        self._learn(rows, step_s)
+        drafts: list[list[int]] = []
+        forwards = catchup = 0
+        for row in rows:
+            if row is None:
+                drafts.append([])
+                continue
+            self.stats.requests += row.new
+            sent, used, fed = self.draft(row, self.policy(row.request))
+            forwards, catchup = forwards + used, max(catchup, fed)
+            self.tracker.file(row, sent)
+            drafts.append(list(sent.tokens))
+            self.stats.add_proposal(len(sent.tokens))
+        self._last_end = self.clock()
+        self._cost = StepCost(self._last_end - started, forwards, catchup)
+        return drafts
+
+    # ---- what a proposer adds ------------------------------------------------------------
+    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
+        """The proposal for one row, the draft forwards it ran and its catch-up."""
+        raise NotImplementedError
+
+    # ---- shared -------------------------------------------------------------------------
+    def policy(self, request: Request) -> LookaheadPolicy:
+        if self.adaptive:
+            return self.shared
+        if request.policy is None:
+            request.policy = make_policy(self.settings.spec)
+        return request.policy
+
+    def _learn(self, rows: Sequence[Row | None], step_s: float) -> None:
+        for row in rows:
+            if row is None or row.outcome is None:
+                continue
+            record = request_round(row.outcome)
+            self.stats.add_verdict(record.num_drafted, record.num_accepted)
+            if self.adaptive:
+                self.shared.learn_tokens(record)
+            else:
+                self.policy(row.request).update(record)
+        step = step_round(rows, step_s, self._cost)
+        if step is not None and self.adaptive:
+            self.shared.learn_forwards(step, step.num_emitted)
+
+
+class LookupProposer(DynaspecProposer):
+    """Prompt lookup with dynaspec's copy rule: copy only the tokens expected to pay
+    (policies/source_plan.py), nothing where no match does. Copies are point masses, so
+    this is exact for greedy and sampled requests alike."""
+
+    def __init__(self, vllm_config: Any = None, **kwargs: Any):
+        super().__init__(vllm_config, **kwargs)
+        config = LookupConfig(
+            prompt_lookup_num_tokens=self.settings.num_speculative_tokens,
+            max_matching_ngram_size=self.settings.ngram,
+        )
+        self.lookup = PromptLookupDrafter(
+            config, self.settings.vocab_size, self.settings.eos_token_ids
+        )
+
+    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
+        tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
+        options = self.lookup.offer(tokens)
+        plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
+        copied = options.copy[: plan.copy] if options.copy is not None else tokens[:0]
+        sent = Sent(
+            step=self.tracker.step,
+            tokens=tuple(copied.tolist()),
+            plan=plan,
+            agreement=options.agreement if copied.numel() else 0,
+            num_copied=copied.numel(),
+            confidences=(1.0,) * copied.numel(),
+        )
+        return sent, 0, 0
+
+
+class DraftModelProposer(DynaspecProposer):
+    """A draft model (DYNASPEC_VLLM_DRAFT) with one cache per request, drafting greedily
+    under dynaspec's policy for as long as it pays. vLLM verifies the drafts as point masses:
+    exact for every request; sampled requests accept less than they would with the draft's
+    probabilities (vLLM takes none from a custom proposer)."""
+
+    def __init__(self, vllm_config: Any = None, *, model: Any = None, **kwargs: Any):
+        super().__init__(vllm_config, **kwargs)
+        self.model = model if model is not None else _load_draft(self.settings)
+        self.sampler = TokenSampler(SamplingConfig(), _device(self.model))
+
+    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
+        tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
+        drafter = row.request.drafter
+        if drafter is None:
+            drafter = row.request.drafter = _new_drafter(self.model, tokens)
+        drafter.crop(tokens.numel() - 1)  # its cache: committed tokens only
+        options = drafter.offer(tokens)
+        plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
+        if not plan.model:
+            return Sent(self.tracker.step, (), plan), 0, 0
+        proposal = drafter.draft(
+            tokens, plan.model, policy.stopper(plan), self.sampler, self.settings.eos_token_ids
+        )
+        sent = Sent(
+            step=self.tracker.step,
+            tokens=tuple(proposal.tokens.tolist()),
+            plan=plan,
+            confidences=proposal.confidences,
+        )
+        return sent, proposal.draft_forwards, proposal.catchup
+
+
+class ProposerStats:
+    """Counts over the proposer's life (`proposer.stats`), in the glossary's words."""
+
+    def __init__(self) -> None:
+        self.requests = 0  # requests seen (one that comes back after long is seen again)
+        self.rows = 0  # rows drafted for (one per request and step)
+        self.proposed = 0  # tokens proposed
+        self.drafted = 0  # proposed tokens whose verdict came back
+        self.accepted = 0  # of those, accepted
+
+    def add_proposal(self, count: int) -> None:
+        self.rows += 1
+        self.proposed += count
+
+    def add_verdict(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+def _load_draft(settings: ProposerSettings) -> Any:
+    from dynaspec.models.loading import DEFAULT_DTYPE, load_model
+
+    if not settings.draft:
+        raise ConfigError(
+            "DraftModelProposer needs a draft model: set DYNASPEC_VLLM_DRAFT to a dynaspec "
+            "preset (`dynaspec models`), a model folder or a hub id before starting vLLM"
+        )
+    model, _ = load_model(settings.draft, dtype=settings.draft_dtype or DEFAULT_DTYPE)
+    return model
+
+
+def _new_drafter(model: Any, tokens: torch.Tensor) -> ModelDrafter:
+    drafter = ModelDrafter(HFAdapter(model))
+    drafter.begin(tokens.view(1, -1))
+    return drafter
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
