@@ -110,19 +110,14 @@ def test_a_smoke_run_explains_itself_and_writes_outside_the_work_tree(tmp_path, 
 
 
 @pytest.mark.parametrize(
-    ("ours", "theirs"), [("heuristic", "hf-heuristic"), ("dynamic", "hf-dynamic")]
+    ("ours", "theirs"), [("heuristic", "hf-heuristic"), ("dynamic", "hf-dynamic-0.4")]
 )
 def test_transformers_takes_the_same_rounds_as_dynaspec(smoke_run, ours, theirs):
-    """transformers' assisted generation and ours take the same decisions on the same draft.
-
-    With scikit-learn installed transformers retunes its dynamic threshold during the run
-    (no setting of the assistant's generation config turns that off), so its rounds may
-    differ from the published rule's: then only the heuristic is compared.
-    """
+    """transformers' assisted generation and ours take the same decisions on the same draft
+    (`hf-dynamic-0.4`: transformers' threshold tuning is off, whether or not scikit-learn is
+    installed)."""
     _, out = smoke_run
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    if ours == "dynamic" and records[0]["run"]["sklearn_available"]:
-        pytest.skip("scikit-learn is installed: transformers retunes its dynamic threshold")
     by_key = {(r["task"], r["prompt_id"], r["method"]): r for r in records}
     prompts = {(r["task"], r["prompt_id"]) for r in records}
     for task, prompt_id in prompts:
@@ -325,6 +320,28 @@ def test_hf_peer_does_not_leak_the_assistant_config():
     assert draft.generation_config.num_assistant_tokens == 11
     assert draft.generation_config.num_assistant_tokens_schedule != "heuristic"
     assert result.target_forwards == len(result.drafted_per_round) > 0
+
+
+def test_transformers_tunes_its_dynamic_threshold_only_in_hf_dynamic(monkeypatch):
+    """`hf-dynamic` is what a transformers user with scikit-learn gets (the threshold retuned
+    by ROC over the confidences); `hf-dynamic-0.4` keeps 0.4 although scikit-learn is there."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_DYNAMIC_FIXED
+    from dynaspec.models.tiny import TinyPairConfig, tiny_pair
+
+    curves = []
+    roc_curve = metrics.roc_curve
+    monkeypatch.setattr(
+        metrics, "roc_curve", lambda *a, **k: curves.append(1) or roc_curve(*a, **k)
+    )
+    target, draft, _ = tiny_pair(TinyPairConfig(draft_noise=0.05))
+    peer = HFPeer(target, draft)
+    prompt = torch.tensor([list(b"def fib(n):")])
+    kwargs = {"max_new_tokens": 48, "eos_token_id": None, "pad_token_id": 0}
+    peer.generate(prompt, assist=HF_DYNAMIC_FIXED, **kwargs)
+    assert not curves
+    peer.generate(prompt, assist=HF_DYNAMIC, **kwargs)
+    assert curves, "transformers never tuned: the draft was never both accepted and rejected"
 
 
 def test_method_order_rotates_everything_but_keeps_the_oracle_after_the_baseline():

@@ -127,3 +127,53 @@ def test_bad_requests_are_typed_errors(pair) -> None:
         batch.make_row([5], {"max_new_tokens": 0})
     with pytest.raises(ConfigError, match="unknown keyword"):
         batch.make_row([5], {"max_tokens": 3})
+
+
+def run_chunked(batch: ContinuousBatch, arrivals: dict[int, int], chunk: int) -> dict:
+    """As `run`, with each joining prompt prefilled `chunk` tokens per round (one joining
+    row at a time), as serve/'s engine does while rows are generating."""
+    out: dict[int, list[int]] = {}
+    names: dict[int, int] = {}
+    waiting: list = []
+    step = 0
+    while len(out) < len(arrivals):
+        for index, when in arrivals.items():
+            if when == step:
+                row = batch.make_row(PROMPTS[index], {"max_new_tokens": NEW})
+                names[id(row)] = index
+                waiting.append(batch.joining(row, PROMPTS[index]))
+        if waiting and batch.prefill(waiting[0], chunk if batch.rows else None):
+            batch.admit(waiting.pop(0))
+        batch.step()
+        for row in batch.leave(lambda row: row.done):
+            out[names[id(row)]] = row.committed[row.start :].tolist()
+        step += 1
+        assert step < 300, "the batch never ended"
+    return out
+
+
+@pytest.mark.parametrize("source", ["model", "hybrid"])
+def test_prompts_prefilled_in_chunks_between_rounds_give_the_same_output(pair, source) -> None:
+    target, draft = pair
+    lookup = None if source == "model" else 6
+    batch = ContinuousBatch(target, draft, prompt_lookup_num_tokens=lookup)
+    got = run_chunked(batch, {0: 0, 1: 1, 2: 1, 3: 2}, chunk=3)
+    for index, prompt in enumerate(PROMPTS):
+        assert got[index] == alone(target, draft, prompt), index
+
+
+def test_a_joining_prompt_is_prefilled_a_chunk_per_round(pair) -> None:
+    target, draft = pair
+    batch = ContinuousBatch(target, draft)
+    first = batch.make_row(PROMPTS[0], {"max_new_tokens": NEW})
+    batch.join(first, PROMPTS[0])
+    long = PROMPTS[1]  # 14 tokens: 13 to prefill
+    joining = batch.joining(batch.make_row(long, {"max_new_tokens": NEW}), long)
+    made = []
+    while not batch.prefill(joining, 4):
+        made.append(joining.done)
+        batch.step()  # the first row goes on between the chunks
+    assert made == [4, 8, 12] and joining.left == 0
+    assert first.committed.numel() - first.start >= 3
+    batch.admit(joining)
+    assert len(batch.rows) == 2 and batch.target.num_cached[1] == len(long) - 1

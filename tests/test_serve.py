@@ -103,6 +103,22 @@ def test_concurrent_requests_each_get_their_own_output(server, models) -> None:
         assert text == alone_text(target, draft, tokenizer, prompt, new), (prompt, new)
 
 
+def test_long_prompts_joining_in_chunks_get_their_own_output(models) -> None:
+    """With a prefill chunk of 4 tokens, long prompts join over several rounds while the
+    others generate: every text still equals its prompt's alone."""
+    target, draft, tokenizer = models
+    prompts = [p * 6 for p in PROMPTS]  # 54 to 204 byte tokens
+    settings = {"max_batch": 2, "prefill_chunk": 4}
+    with (
+        running_server(target, draft, tokenizer, **settings) as (url, _),
+        concurrent.futures.ThreadPoolExecutor(4) as pool,
+    ):
+        texts = list(pool.map(lambda p: chat(url, p, max_tokens=12), prompts))
+    for prompt, text in zip(prompts, texts, strict=True):
+        want = alone_text(target, draft, tokenizer, prompt, 12)
+        assert text.choices[0].message.content == want, prompt
+
+
 def test_stop_sequences_end_the_text_before_them(server, models) -> None:
     url, _ = server
     target, draft, tokenizer = models

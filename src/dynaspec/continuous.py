@@ -2,9 +2,11 @@
 
 `ContinuousBatch` holds the rows being generated and runs one batch round at a time
 (core/batch_loop.py's `batch_round`, the round of `generate()` over a batch). Between rounds a
-new row joins (`join`: its prompt is prefilled by a forward of its own, and its first new
-token comes from the next round's verification, with the others') and rows that have ended or
-were cancelled leave (`leave`: their cache rows are dropped at once). Each row has its own
+new row joins (`join`: its prompt is prefilled by forwards of its own, whole or in chunks
+between rounds (`joining`, `prefill`) so that a long prompt does not stall the rows already
+generating, and its first new token comes from the next round's verification, with the
+others') and rows that have ended or were cancelled leave (`leave`: their cache rows are
+dropped at once). Each row has its own
 settings (new tokens, sampling, seed, processors), as one `generate()` call would, and the
 adaptive rule sees the batch as it is in every round.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +36,26 @@ from dynaspec.core.settings import resolve_settings
 from dynaspec.core.validation import check_token_ids, eos_ids
 from dynaspec.drafters import lookup_config
 from dynaspec.errors import InputError
+
+
+@dataclass
+class Joining:
+    """A row whose prompt is being prefilled (in chunks, between rounds), before it joins."""
+
+    row: Row
+    prompt: torch.Tensor  # (n,) its prompt; the first n - 1 tokens are prefilled
+    done: int = 0  # prompt tokens cached so far
+    target_cache: Any = None  # the target's cache of them (None: none yet)
+    draft_cache: Any = None  # the draft model's (None: none yet, or no draft model)
+
+    @property
+    def ready(self) -> bool:
+        return self.done >= self.prompt.numel() - 1
+
+    @property
+    def left(self) -> int:
+        """Prompt tokens still to prefill."""
+        return max(self.prompt.numel() - 1 - self.done, 0)
 
 
 class ContinuousBatch:
@@ -80,16 +103,39 @@ class ContinuousBatch:
         criteria = build_stopping(settings.limits, tokenizer, None, time.time())
         return new_row(ids[None], 0, settings, criteria)
 
-    def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> None:
-        """Adds `row` (from make_row) with its prompt; it takes part from the next round."""
-        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
-        row.begin(ids)
+    def joining(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> Joining:
+        """`row` (from make_row) on its way in: its prompt is prefilled by `prefill`, in
+        chunks between rounds if need be, then `join` adds it."""
+        return Joining(row, torch.as_tensor(prompt, dtype=torch.long).reshape(-1))
+
+    def prefill(self, joining: Joining, max_tokens: int | None = None) -> bool:
+        """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) by
+        forwards of its own; whether it is all cached now (the row can join)."""
+        head = joining.prompt[:-1]
+        stop = head.numel() if max_tokens is None else min(head.numel(), joining.done + max_tokens)
+        chunk = head[joining.done : stop]
         with torch.inference_mode():
-            self.target.join(ids)
+            joining.target_cache = self.target.prefill(chunk, joining.target_cache)
             if self.drafter is not None:
-                self.drafter.join(ids)
+                joining.draft_cache = self.drafter.prefill(chunk, joining.draft_cache)
+        joining.done = stop
+        return joining.ready
+
+    def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> None:
+        """Adds `row` (from make_row) with its prompt, prefilled at once; it takes part from
+        the next round."""
+        self.admit(self.joining(row, prompt))
+
+    def admit(self, joining: Joining) -> None:
+        """Adds a joining row (what `prefill` has not cached yet is prefilled now)."""
+        ids = joining.prompt
+        joining.row.begin(ids)
+        with torch.inference_mode():
+            self.target.join(ids, joining.target_cache)
+            if self.drafter is not None:
+                self.drafter.join(ids, joining.draft_cache)
         self.policy.join()
-        self.rows.append(row)
+        self.rows.append(joining.row)
 
     def step(self) -> list[Round | None]:
         """One round over the rows; each row's record (None: it had ended before)."""

@@ -73,3 +73,8 @@ def one_line(error: BaseException, limit: int = 300) -> str:
     it inside one of ours."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class InsufficientMemoryError(DynaspecError, MemoryError):
+    """The machine has less memory available than the models asked for need; the message
+    gives both figures and what to change."""

@@ -124,19 +124,26 @@ class HFBatchAdapter:
             positions[row, width - count :] = (index - self.num_pads[row]).clamp(min=0)
         return ids, block, positions
 
-    def join(self, prompt: torch.Tensor) -> None:
+    def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
+        """A joining row's cache with `tokens` (n,) appended to `own` (None: empty), by a
+        forward of its own: the prompt of a row that joins, in one piece or in chunks."""
+        if not tokens.numel():
+            return own
+        kwargs: dict[str, Any] = {"use_cache": True, self._cache_kwarg: own}
+        if self._supports_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        return _cache_of(self.model(input_ids=tokens.to(self.device)[None], **kwargs))
+
+    def join(self, prompt: torch.Tensor, own: Any = None) -> None:
         """Adds a row whose sequence starts with `prompt` (n,), without left padding. Its
-        first n - 1 tokens are cached by a forward of their own; the last is fed with the
-        row's first round, so that the round's verification gives its first new token."""
+        first n - 1 tokens are cached by a forward of their own (or were already: `own`,
+        from `prefill`); the last is fed with the row's first round, so that the round's
+        verification gives its first new token."""
         head = prompt[:-1].to(self.device)
         count = head.numel()
-        own = None
-        if count:
-            kwargs: dict[str, Any] = {"use_cache": True}
-            if self._supports_logits_to_keep:
-                kwargs["logits_to_keep"] = 1
-            out = self.model(input_ids=head[None], **kwargs)
-            own = _cache_of(out)
+        if own is None or own.get_seq_length() < count:
+            done = 0 if own is None else own.get_seq_length()
+            own = self.prefill(head[done:], own)
         rows, columns = len(self.slots), self.mask.shape[1]
         width = max(columns, count)
         if own is None:

@@ -13,7 +13,7 @@ docs/architecture.md for the layers and the path of a token through a round.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -78,9 +78,15 @@ class BatchModelAdapter(Protocol):
         """Roll each row back to at most its first num_tokens[row] tokens (see num_cached)."""
         ...
 
-    def join(self, prompt: torch.Tensor) -> None:
-        """Add a row whose sequence starts with `prompt` (n,): its first n - 1 tokens cached,
-        the last fed with its first round (continuous batching)."""
+    def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
+        """A joining row's own cache with `tokens` (n,) appended to `own` (None: empty): its
+        prompt, whole or in chunks between rounds (chunked prefill)."""
+        ...
+
+    def join(self, prompt: torch.Tensor, own: Any = None) -> None:
+        """Add a row whose sequence starts with `prompt` (n,): its first n - 1 tokens cached
+        (by `prefill`: `own`, or here), the last fed with its first round (continuous
+        batching)."""
         ...
 
     def leave(self, keep: Sequence[int]) -> None:
@@ -221,6 +227,8 @@ class BatchDrafter(Protocol):
 
     def crop(self, num_committed: Sequence[int]) -> None: ...
 
-    def join(self, prompt: torch.Tensor) -> None: ...
+    def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any: ...
+
+    def join(self, prompt: torch.Tensor, own: Any = None) -> None: ...
 
     def leave(self, keep: Sequence[int]) -> None: ...

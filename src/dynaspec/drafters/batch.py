@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -74,10 +75,15 @@ class BatchDrafter:
         if self.lookup is not None:
             self.lookup.begin(input_ids)
 
-    def join(self, prompt: torch.Tensor) -> None:
-        """A row joins the batch with `prompt` (n,) (continuous batching)."""
+    def join(self, prompt: torch.Tensor, own: Any = None) -> None:
+        """A row joins the batch with `prompt` (n,) (continuous batching); `own`: the draft's
+        cache of its first tokens, if `prefill` made one."""
         if self.model is not None:
-            self.model.join(prompt)
+            self.model.join(prompt, own)
+
+    def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
+        """The draft's cache of a joining row's prompt, a chunk further (None: no model)."""
+        return None if self.model is None else self.model.prefill(tokens, own)
 
     def leave(self, keep: Sequence[int]) -> None:
         """Only the rows `keep` go on, in that order."""

@@ -8,9 +8,13 @@ Three configurations of `target.generate(...)`, run on the same prompts as dynas
   +2 after a fully accepted round, -1 otherwise), no confidence stop;
 - ``hf-dynamic``: transformers' default assisted generation, which is its dynamic
   speculation: up to 20 tokens, stop below draft confidence 0.4, constant schedule. With
-  scikit-learn installed transformers also retunes that threshold online (ROC over the
-  run's draft confidences); without it the threshold stays fixed. ``sklearn_available()``
-  says which one ran, and the benchmark records it.
+  scikit-learn installed (the `bench` extra installs it) transformers also retunes that
+  threshold online (ROC over the run's draft confidences), as a transformers user who has
+  scikit-learn gets; without it the threshold stays fixed. ``sklearn_available()`` says
+  which one ran, and the benchmark records it;
+- ``hf-dynamic-0.4``: the same with the threshold kept at 0.4 (transformers' tuning
+  switched off for the call: its candidate generator is told scikit-learn is missing), the
+  published rule as it stands, which dynaspec's `dynamic` reproduces round for round.
 
 and, with ``prompt_lookup_num_tokens``, transformers' prompt lookup (no assistant model).
 
@@ -73,6 +77,24 @@ def _without_transformers_own_deprecation() -> Iterator[None]:
         logger.removeFilter(drop)
 
 
+@contextmanager
+def _threshold_tuning(enabled: bool) -> Iterator[None]:
+    """transformers' online tuning of the dynamic threshold left as it is (`enabled`), or
+    switched off for the duration: its candidate generator checks `is_sklearn_available()`
+    before every use of scikit-learn, so that name answers False meanwhile."""
+    if enabled:
+        yield
+        return
+    from transformers.generation import candidate_generator
+
+    saved = candidate_generator.is_sklearn_available
+    candidate_generator.is_sklearn_available = lambda: False
+    try:
+        yield
+    finally:
+        candidate_generator.is_sklearn_available = saved
+
+
 @dataclass(frozen=True)
 class HFAssistConfig:
     """An assisted-generation schedule, in transformers' own parameter names."""
@@ -80,10 +102,12 @@ class HFAssistConfig:
     num_assistant_tokens: int  # starting (heuristic) or fixed (constant) lookahead
     num_assistant_tokens_schedule: str  # "heuristic" | "constant" | "heuristic_transient"
     assistant_confidence_threshold: float  # stop drafting below this confidence (0: never)
+    tune_threshold: bool = True  # let transformers retune it (where scikit-learn is installed)
 
 
 HF_HEURISTIC = HFAssistConfig(5, "heuristic", 0.0)  # transformers' heuristic configuration
 HF_DYNAMIC = HFAssistConfig(20, "constant", 0.4)  # transformers' default: dynamic speculation
+HF_DYNAMIC_FIXED = HFAssistConfig(20, "constant", 0.4, tune_threshold=False)  # never retuned
 
 # generate() kwargs that switch off every processor able to change a greedy argmax
 NEUTRAL_GREEDY_KWARGS: dict[str, Any] = {
@@ -213,8 +237,13 @@ class HFPeer:
             self._reset_draft_config(assist)
             kwargs["assistant_model"] = self.draft
             hooks.append(self.draft.register_forward_pre_hook(draft_log, with_kwargs=True))
+        tuning = assist is None or assist.tune_threshold
         try:
-            with torch.inference_mode(), _without_transformers_own_deprecation():
+            with (
+                torch.inference_mode(),
+                _without_transformers_own_deprecation(),
+                _threshold_tuning(tuning),
+            ):
                 start = perf_counter()
                 sequences = self.target.generate(input_ids, **kwargs)
                 wall = perf_counter() - start

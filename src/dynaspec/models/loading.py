@@ -25,6 +25,7 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models import cache as model_cache
+from dynaspec.models import memory
 from dynaspec.models.devices import DeviceArg, resolve_device
 from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
     AUTO,
@@ -371,6 +372,9 @@ def load_pair(
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
     presets = ((target_preset, device), (draft_preset, draft_device))
+    if all(resolve_device(d) in (None, torch.device("cpu")) for d in (device, draft_device)):
+        fast = static or compile or quantize is not None
+        _check_pair_memory(pair.name, _gguf_dtype(dtype), target_preset, draft_preset, fast)
     for preset, preset_device in presets:  # fail before a long load of the other
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
@@ -400,6 +404,25 @@ def load_pair(
         draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True),
         tokenizer=target_tokenizer,
     )
+
+
+def _check_pair_memory(
+    name: str, dtype: torch.dtype, target: ModelPreset, draft: ModelPreset, fast: bool
+) -> None:
+    """Refuses before anything is converted or loaded when the machine has too little memory
+    (models/memory.py)."""
+    need = memory.pair_need(
+        name,
+        dtype,
+        (target.name, target.num_parameters),
+        (draft.name, draft.num_parameters),
+        fast=fast,
+    )
+    fixes, cli_fixes = [], []
+    if dtype == torch.float32:
+        fixes.append('load in bfloat16 (dtype="bfloat16": half the memory)')
+        cli_fixes.append("pass --dtype bfloat16 (half the memory)")
+    memory.check_memory(need, fixes=fixes, cli_fixes=cli_fixes)
 
 
 def _format_count(count: int) -> str:

@@ -49,6 +49,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="requests that may wait for a place in the batch; beyond, 429 with Retry-After",
     )
     p.add_argument(
+        "--prefill-chunk",
+        type=int_at_least(0),
+        default=256,
+        help="prompt tokens of a joining request prefilled between two rounds while others "
+        "are generating (chunked prefill, so a long prompt does not stall them); 0: the whole "
+        "prompt at once",
+    )
+    p.add_argument(
         "--api-key",
         default=os.environ.get("DYNASPEC_API_KEY"),
         help="require 'Authorization: Bearer KEY' on every endpoint but /health "
@@ -118,6 +126,7 @@ def run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         max_batch=args.max_batch,
         max_queue=args.max_queue,
+        prefill_chunk=args.prefill_chunk or None,
         api_key=args.api_key or None,
         max_body_bytes=args.max_body_bytes,
         default_max_tokens=args.default_max_tokens,

@@ -16,6 +16,8 @@ class ServeConfig:
     port: int = 8000
     max_batch: int = 4  # rows generated together
     max_queue: int = 16  # requests waiting for a row; beyond: 429
+    prefill_chunk: int | None = 256  # a joining prompt's tokens prefilled between two rounds
+    #                                  while other rows generate (None: all at once)
     api_key: str | None = None  # every endpoint but /health needs it when set
     max_body_bytes: int = 1 << 20  # larger request bodies: 413
     default_max_tokens: int = 256  # max_tokens when a request leaves it out

@@ -1,10 +1,12 @@
 """The engine thread: one `ContinuousBatch` driven round by round, fed by a bounded queue.
 
 Requests arrive from the HTTP handlers (any thread) as `Job`s. Before each round the engine
-admits waiting jobs while the batch has room (`max_batch`); after it, every row's new tokens
-go to its job (text deltas, stop sequences), and rows that ended, hit a stop sequence or
-whose client went away leave the batch at once. Beyond `max_queue` waiting jobs, `submit`
-refuses (`QueueFull`: the server's 429). The model runs on this thread only.
+admits waiting jobs while the batch has room (`max_batch`): a joining prompt is prefilled at
+most `prefill_chunk` tokens between two rounds while other rows are generating (chunked
+prefill: a long prompt does not stall them), at once when none is. After the round, every
+row's new tokens go to its job (text deltas, stop sequences), and rows that ended, hit a stop
+sequence or whose client went away leave the batch at once. Beyond `max_queue` waiting jobs,
+`submit` refuses (`QueueFull`: the server's 429). The model runs on this thread only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynaspec.continuous import ContinuousBatch
+from dynaspec.continuous import ContinuousBatch, Joining
 from dynaspec.core.batch_loop import Row
 from dynaspec.core.round import Round
 from dynaspec.serve.metrics import Metrics
@@ -82,14 +84,21 @@ class Engine:
     """Runs the batch on a thread of its own; `submit` from any thread."""
 
     def __init__(
-        self, batch: ContinuousBatch, metrics: Metrics, max_batch: int, max_queue: int
+        self,
+        batch: ContinuousBatch,
+        metrics: Metrics,
+        max_batch: int,
+        max_queue: int,
+        prefill_chunk: int | None = None,
     ) -> None:
         self.batch = batch
         self.metrics = metrics
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.prefill_chunk = prefill_chunk  # prompt tokens prefilled between rounds (None: all)
         self.queue: deque[Job] = deque()
         self.jobs: dict[int, Job] = {}  # id(row) -> job, for the rows in the batch
+        self.joining: tuple[Job, Joining] | None = None  # the job being prefilled
         self.wake = threading.Condition()
         self.stopping = False
         self.seconds_per_request = 1.0  # running mean, for Retry-After
@@ -120,32 +129,49 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self.wake:
-                while not self.queue and not self.jobs and not self.stopping:
+                while not (self.queue or self.jobs or self.joining or self.stopping):
                     self.wake.wait()
-                if self.stopping and not self.queue and not self.jobs:
+                if self.stopping and not (self.queue or self.jobs or self.joining):
                     return
             self._admit()
             if self.jobs:
                 self._round()
 
     def _admit(self) -> None:
-        """Waiting jobs join while the batch has room (a cancelled one is dropped)."""
+        """Waiting jobs join while the batch has room (a cancelled one is dropped); a long
+        prompt is prefilled a chunk per round while other rows are generating."""
         while len(self.jobs) < self.max_batch:
-            with self.wake:
-                if not self.queue:
-                    break
-                job = self.queue.popleft()
-                self.metrics.queue_length.set(len(self.queue))
-            if job.cancelled:
-                continue
-            try:
-                self.batch.join(job.row, job.prompt)
-            except Exception as error:  # a model error must not end the server
-                log.exception("a request could not join the batch")
-                job.emit(Failed(f"could not start this request: {error}"))
-                continue
-            self.jobs[id(job.row)] = job
+            if self.joining is None:
+                with self.wake:
+                    if not self.queue:
+                        break
+                    job = self.queue.popleft()
+                    self.metrics.queue_length.set(len(self.queue))
+                if job.cancelled:
+                    continue
+                self.joining = (job, self.batch.joining(job.row, job.prompt))
+            if not self._prefill(*self.joining):
+                break  # the rows generate a round before the next chunk
         self.metrics.batch_size.set(len(self.jobs))
+
+    def _prefill(self, job: Job, joining: Joining) -> bool:
+        """One more chunk of the joining job's prompt (all of it while no row is
+        generating); whether the engine may take the next job."""
+        if job.cancelled:
+            self.joining = None
+            return True
+        chunk = self.prefill_chunk if self.jobs else None
+        try:
+            if not self.batch.prefill(joining, chunk):
+                return False
+            self.batch.admit(joining)
+        except Exception as error:  # a model error must not end the server
+            log.exception("a request could not join the batch")
+            job.emit(Failed(f"could not start this request: {error}"))
+        else:
+            self.jobs[id(job.row)] = job
+        self.joining = None
+        return True
 
     def _round(self) -> None:
         try:

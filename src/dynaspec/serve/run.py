@@ -34,7 +34,7 @@ def build_app(
     from dynaspec.serve.app import create_app
 
     batch = ContinuousBatch(target, draft, spec, prompt_lookup_num_tokens)
-    engine = Engine(batch, Metrics(), config.max_batch, config.max_queue)
+    engine = Engine(batch, Metrics(), config.max_batch, config.max_queue, config.prefill_chunk)
     app = create_app(engine, Prompter(tokenizer), config)
 
     @contextlib.asynccontextmanager

@@ -47,7 +47,7 @@ from dynaspec.eval.bench.runner import (
     run_llamacpp,
     run_oracle,
 )
-from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_HEURISTIC
+from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_DYNAMIC_FIXED, HF_HEURISTIC
 
 RunFunction = Callable[..., MethodOutput]  # (runner, call, **settings)
 
@@ -110,8 +110,12 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
     MethodSpec("hf-target", "hf", False, "transformers generate(), greedy, no assistant", run_hf),
     MethodSpec("hf-heuristic", "hf", True, "transformers assisted, heuristic (5, +2/-1)",
                run_hf, {"assist": HF_HEURISTIC}, Column("HF heuristic", 8)),
-    MethodSpec("hf-dynamic", "hf", True, "transformers assisted, default dynamic (20, 0.4)",
+    MethodSpec("hf-dynamic", "hf", True,
+               "transformers assisted, default dynamic (20, 0.4; tuned with scikit-learn)",
                run_hf, {"assist": HF_DYNAMIC}, Column("HF dynamic", 9)),
+    MethodSpec("hf-dynamic-0.4", "hf", True,
+               "transformers assisted, dynamic with the threshold kept at 0.4 (no tuning)",
+               run_hf, {"assist": HF_DYNAMIC_FIXED}),
     # transformers' prompt lookup as its documentation shows (10 tokens), and dynaspec's cap
     MethodSpec("hf-prompt-lookup", "hf", False, "transformers prompt lookup (10 tokens)",
                run_hf, {"prompt_lookup": 10}, Column("HF prompt lookup", 10)),
