@@ -129,9 +129,9 @@ def test_cost_model_fits_the_step_line():
     """Steps timed on a fake clock at T(N) = 0.2 + 0.01 N: the fitted V(1) and slope are
     the line's (the proposer's own time is 0 on this clock)."""
     proposer, _ = _steady_engine(lambda n: 0.2 + 0.01 * n)
-    step, slope = proposer.shared.costs._verify_line()
-    assert step == pytest.approx(0.21, rel=0.02)
-    assert slope == pytest.approx(0.01, rel=0.05)
+    summary = proposer.summary()
+    assert summary["step_s"] == pytest.approx(0.21, rel=0.02)
+    assert summary["slope_s_per_token"] == pytest.approx(0.01, rel=0.05)
 
 
 def test_copies_stop_where_a_verified_token_costs_too_much():

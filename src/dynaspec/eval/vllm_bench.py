@@ -86,10 +86,9 @@ def _proposer_stats(llm: Any) -> dict[str, Any] | None:
     """The dynaspec proposer's counts, where the engine runs in this process."""
     try:
         runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
-        stats = runner.drafter.stats
+        return runner.drafter.summary()
     except AttributeError:
         return None
-    return dict(vars(stats), acceptance=stats.acceptance)
 
 
 def run_all(args: argparse.Namespace, prompts: list[list[int]], labels: list[str]) -> dict:
@@ -118,7 +117,7 @@ def run_all(args: argparse.Namespace, prompts: list[list[int]], labels: list[str
             subprocess.run(command, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
         results.append(json.loads(result_file.read_text()))
         job_file.unlink()
-    return {"config": _config(args), "labels": labels, "results": results}
+    return {"config": _config(args), "labels": labels, "prompts": prompts, "results": results}
 
 
 def _child_env(args: argparse.Namespace, method: str) -> dict[str, str]:

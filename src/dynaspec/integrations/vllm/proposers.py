@@ -88,6 +88,21 @@ class DynaspecProposer:
         self._cost = StepCost(self._last_end - started, forwards, catchup)
         return drafts
 
+    def summary(self) -> dict[str, Any]:
+        """The counts and the shared estimates: T(1) and the slope b of the fitted step line
+        (seconds; steps.py), the rate in tokens per step, copied tokens' acceptance."""
+        costs = self.shared.costs
+        step_s = costs.step_time()
+        slope_s = (costs.verify_cost(2) - 1.0) * step_s
+        return {
+            **vars(self.stats),
+            "acceptance": self.stats.acceptance,
+            "step_s": step_s,
+            "slope_s_per_token": slope_s,
+            "rate_tokens_per_step": self.shared.rate,
+            "draft_cost_steps": costs.draft_cost(),
+        }
+
     # ---- what a proposer adds ------------------------------------------------------------
     def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
         """The proposal for one row, the draft forwards it ran and its catch-up."""
