@@ -217,6 +217,31 @@ def test_nothing_is_written_onto_the_model() -> None:
     assert all(torch.equal(after[2][k], v) for k, v in before[2].items())
 
 
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_released_weights_are_freed_and_the_adapter_still_decodes_the_same(quantize) -> None:
+    """`release`: each linear weight the copy replaced is freed while the copy is built (the
+    loaders own the model), and the adapter decodes exactly what an unreleased one does."""
+    target, _ = pair()
+    kept = make_fast(target, quantize=quantize)
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    want = dynaspec.generate(kept, None, prompt, max_new_tokens=8).sequences
+    owned, _ = pair()
+    released = make_fast(owned, quantize=quantize, release=True)
+    linears = [m for m in owned.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.numel() == 0 for m in linears)
+    assert owned.model.embed_tokens.weight.numel() > 0  # the embedding is still used
+    assert torch.equal(dynaspec.generate(released, None, prompt, max_new_tokens=8).sequences, want)
+
+
+def test_release_keeps_weights_the_adapter_computes_from() -> None:
+    """Without a copy (float32, no prepacking) the adapter runs the model's own weights:
+    nothing is freed."""
+    owned, _ = pair()
+    make_fast(owned, static=True, release=True)
+    linears = [m for m in owned.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.weight.numel() > 0 for m in linears)
+
+
 def test_unsupported_architecture_and_options() -> None:
     gpt2 = tiny_model("gpt2", vocab_size=VOCAB)
     with pytest.raises(UnsupportedModelError, match="without quantize='int8'") as info:

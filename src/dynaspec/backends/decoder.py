@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynaspec.backends.quant import quantize_linear
+from dynaspec.backends.quant import quantize_linear, release_replaced
 from dynaspec.errors import UnsupportedModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
@@ -180,18 +180,23 @@ class StaticDecoder(nn.Module):
         *,
         dense_batches: bool = False,
         prepack: bool = False,
+        release: bool = False,
     ) -> None:
         """quantize: None, "int8" or "int4" (every linear layer, the head included);
         dense_batches: int8 keeps its codes dense for many-token forwards (2 bytes a weight);
         prepack: bf16 dense weights prepacked for oneDNN (a copy: the model's own weights
-        are then no longer used)."""
+        are then no longer used); release: free each original weight as soon as its copy
+        exists (the peak holds one layer twice, not the model; `model` cannot run after)."""
         super().__init__()
         check_supported(model)
         config = model.config
         base = model.model
 
         def linear(layer: nn.Module) -> nn.Module:
-            return quantize_linear(layer, quantize, dense_batches=dense_batches, prepack=prepack)
+            made = quantize_linear(layer, quantize, dense_batches=dense_batches, prepack=prepack)
+            if release:
+                release_replaced(layer, made)
+            return made
 
         self.embed_tokens = base.embed_tokens
         self.blocks = nn.ModuleList(StaticBlock(layer, config, linear) for layer in base.layers)

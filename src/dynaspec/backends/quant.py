@@ -214,3 +214,25 @@ def quantize_linear(
     if mode == "int4":
         return Int4Linear(weight, linear.bias)
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")
+
+
+def release_replaced(linear: nn.Linear, replacement: nn.Module) -> bool:
+    """Frees `linear`'s weight when `replacement` holds its own copy (prepacked, quantized),
+    so that a model converted layer by layer never holds both at once; the model `linear`
+    belongs to can no longer run. Whether it was freed."""
+    if replacement is linear:
+        return False
+    original = _storage(linear.weight)
+    for tensor in (*replacement.parameters(), *replacement.buffers()):
+        if tensor is not None and _storage(tensor) == original:
+            return False  # the replacement computes from the original itself
+    linear.weight = nn.Parameter(linear.weight.new_empty(0), requires_grad=False)
+    return True
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    """Where a tensor's data lives (None: an opaque layout, e.g. a oneDNN prepacked one)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None

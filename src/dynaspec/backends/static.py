@@ -102,13 +102,18 @@ class StaticAdapter:
 
     is_encoder_decoder = False
 
-    def __init__(self, model: Any, config: FastConfig | None = None) -> None:
+    def __init__(
+        self, model: Any, config: FastConfig | None = None, *, release: bool = False
+    ) -> None:
+        """`release`: free each of `model`'s linear weights once its copy is made (the
+        caller owns `model` and drops it: the peak then holds one layer twice, not all)."""
         self.fast = config or FastConfig()
         self.decoder = StaticDecoder(
             model,
             self.fast.quantize,
             dense_batches=self.fast.dense_batches,
             prepack=self.fast.prepack,
+            release=release,
         )
         self.config = model.config  # read-only: generate and the CLI read it (EOS, kind)
         self.generation_config = getattr(model, "generation_config", None)
@@ -244,6 +249,7 @@ def make_fast(
     compile: bool = False,
     quantize: str | None = None,
     draft: bool = False,
+    release: bool = False,
 ) -> Any:
     """`model` itself when no option is set, else a `StaticAdapter` that owns its weights.
 
@@ -253,6 +259,9 @@ def make_fast(
     only drafts, so int8 keeps no dense codes for verification (they cost 2 bytes a weight).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that
     prepacked or quantized weights replace the originals once the caller drops `model`.
+    `release`: the caller owns `model` and will not run it again, so each original linear
+    weight is freed as soon as its copy exists (the loaders: the peak holds one layer twice,
+    not the whole model).
     """
     if not (static or compile or quantize):
         return model
@@ -260,7 +269,7 @@ def make_fast(
     config = FastConfig(
         compile=compile, quantize=quantize, prepack=not compile, dense_batches=not draft
     )
-    return StaticAdapter(model, config)
+    return StaticAdapter(model, config, release=release)
 
 
 def _option_names(

@@ -199,7 +199,8 @@ def load_model(
     model, tokenizer = _load_model(
         name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
-    return make_fast(model, static=static, compile=compile, quantize=quantize), tokenizer
+    fast = make_fast(model, static=static, compile=compile, quantize=quantize, release=True)
+    return fast, tokenizer
 
 
 def _load_model(
@@ -391,7 +392,7 @@ def load_pair(
     # The fast target first, then the draft: the adapter keeps only what it runs, so its
     # prepacked or quantized copies replace the transformers weights before the draft loads
     # (the peak holds the target twice, never the target twice and the draft).
-    fast_target = make_fast(target, **fast, quantize=quantize)
+    fast_target = make_fast(target, **fast, quantize=quantize, release=True)
     del target
     draft, draft_tokenizer = load_preset(
         draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
@@ -401,7 +402,7 @@ def load_pair(
     return ModelPair(
         name=pair.name,
         target=fast_target,
-        draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True),
+        draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True, release=True),
         tokenizer=target_tokenizer,
     )
 
@@ -525,8 +526,8 @@ def load_models(
         if dtype is not None:
             torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
             target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
-        draft_model = make_fast(draft_model, **draft_fast) if with_draft else None
-        return make_fast(target_model, **fast), draft_model, tokenizer
+        draft_model = make_fast(draft_model, **draft_fast, release=True) if with_draft else None
+        return make_fast(target_model, **fast, release=True), draft_model, tokenizer
     if target is None and not with_draft:
         target = get_pair_preset(default_pair_name() if pair is None else pair).target
     if target is None:
@@ -544,7 +545,7 @@ def load_models(
         draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads)
         # eos ids may differ (an instruct target, a base draft): the vocabularies may not
         _check_tokenizers(tokenizer, draft_tokenizer, names, same_eos=False)
-        draft_model = make_fast(draft_model, **draft_fast)
+        draft_model = make_fast(draft_model, **draft_fast, release=True)
     return target_model, draft_model, tokenizer
 
 

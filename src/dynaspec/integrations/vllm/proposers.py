@@ -176,16 +176,17 @@ class DraftModelProposer(DynaspecProposer):
     def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
         tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
         drafter = row.request.drafter
-        if drafter is None:
+        if drafter is None:  # a new request, or one forgotten while it was away
             drafter = row.request.drafter = _new_drafter(self.model, tokens)
         drafter.crop(tokens.numel() - 1)  # its cache: committed tokens only
         options = drafter.offer(tokens)
         plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
         if not plan.model:
             return Sent(self.tracker.step, (), plan), 0, 0
-        proposal = drafter.draft(
-            tokens, plan.model, policy.stopper(plan), self.sampler, self.settings.eos_token_ids
-        )
+        with torch.inference_mode():  # vLLM's runner calls in inference mode; tests do not
+            proposal = drafter.draft(
+                tokens, plan.model, policy.stopper(plan), self.sampler, self.settings.eos_token_ids
+            )
         sent = Sent(
             step=self.tracker.step,
             tokens=tuple(proposal.tokens.tolist()),
