@@ -491,3 +491,40 @@ def test_a_batch_with_another_tokenizer_is_refused() -> None:
 def test_prompt_lookup_with_another_tokenizer_is_refused() -> None:
     with pytest.raises(UnsupportedOptionError, match="prompt lookup"):
         dynaspec.generate(**pair(prompt_lookup_num_tokens=4, **TOKENIZER_PAIR))
+
+
+# ---- the command line: --cross-tokenizer -------------------------------------------------------
+@pytest.fixture(scope="module")
+def cross_folders(tmp_path_factory):
+    """A byte-tokenizer target and a BPE-tokenizer draft saved as model folders."""
+    folder = tmp_path_factory.mktemp("cross")
+    target_tok, draft_tok = byte_tokenizer(), bpe_tokenizer()
+    target = tiny_model("llama", vocab_size=len(target_tok), eos_token_id=target_tok.eos_token_id)
+    draft = tiny_model("llama", vocab_size=len(draft_tok), seed=3)
+    for model, tok, name in ((target, target_tok, "target"), (draft, draft_tok, "draft")):
+        model.save_pretrained(folder / name)
+        tok.save_pretrained(folder / name)
+    return str(folder / "target"), str(folder / "draft")
+
+
+def test_cli_drafts_with_another_tokenizer_and_keeps_the_output(cross_folders, capsys):
+    from dynaspec import cli
+
+    target, draft = cross_folders
+    argv = ["generate", "--target", target, "--draft", draft, "--dtype", "float32",
+            "--max-new-tokens", "12", "--compare", "--raw"]  # fmt: skip
+    status = cli.main([*argv, "--cross-tokenizer", "The quick brown"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "drafts through text" in err and "outputs identical" in out
+
+
+def test_cli_names_the_flag_when_the_tokenizers_differ(cross_folders, capsys):
+    from dynaspec import cli
+
+    target, draft = cross_folders
+    argv = ["generate", "--target", target, "--draft", draft, "--dtype", "float32"]
+    assert cli.main([*argv, "--max-new-tokens", "4", "The quick"]) != 0
+    assert "--cross-tokenizer" in capsys.readouterr().err
+    assert cli.main(["generate", "--pair", "tiny", "--cross-tokenizer", "x"]) == 2
+    assert "name both models" in capsys.readouterr().err

@@ -31,7 +31,7 @@ from dynaspec.models.arguments import (
     fast_options,
     float_in,
     int_at_least,
-    load_from_arguments,
+    load_named_from_arguments,
     warn_idle_flags,
 )
 from dynaspec.models.dtype import DtypeChoice
@@ -83,6 +83,13 @@ def _add_generate(subparsers: Any) -> None:
     )
     _add_generation_settings(p)
     p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
+    p.add_argument(
+        "--cross-tokenizer",
+        action="store_true",
+        help="a --draft of another model family keeps its own tokenizer and drafts through "
+        "text (transformers' universal assisted generation: tokenizer= and "
+        "assistant_tokenizer=); lossless, greedy only",
+    )
     p.add_argument(
         "--prompt-lookup",
         type=int_at_least(1, "drop --prompt-lookup to draft without it"),
@@ -209,6 +216,13 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
     check_lookup_arguments(parser, args)
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
+    if args.cross_tokenizer and (args.target is None or args.draft is None):
+        parser.error("--cross-tokenizer acts on --target and --draft: name both models")
+    if args.cross_tokenizer and args.sample:
+        parser.error(
+            "--cross-tokenizer drafts greedily only: drop --sample, or use a draft "
+            "with the target's tokenizer"
+        )
     if args.stop is not None and not all(args.stop):
         parser.error("argument --stop: an empty stop string would stop at once; drop it")
     try:
@@ -269,7 +283,10 @@ def run_generate(args: argparse.Namespace) -> int:
 
     text = args.prompt if args.prompt is not None else args.text
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
-    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
+    models = load_named_from_arguments(args, **fast_options(args))
+    target, draft, tokenizer = models.target, models.draft, models.tokenizer
+    if models.draft_tokenizer is not None:
+        print("the draft keeps its own tokenizer: it drafts through text", file=sys.stderr)
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
@@ -279,6 +296,7 @@ def run_generate(args: argparse.Namespace) -> int:
         num_assistant_tokens_schedule=args.schedule,
         seed=args.seed,
         tokenizer=tokenizer,
+        assistant_tokenizer=models.draft_tokenizer,
         prompt_lookup_num_tokens=args.prompt_lookup,
         max_matching_ngram_size=args.max_matching_ngram_size,
         **generation_keywords(args),

@@ -278,6 +278,26 @@ def load_from_arguments(args: argparse.Namespace, **fast: Any) -> tuple[Any, Any
     )
 
 
+def load_named_from_arguments(args: argparse.Namespace, **fast: Any) -> Any:
+    """`models.loading.NamedModels` as the model flags ask for them; with --cross-tokenizer
+    a --draft of another family keeps its own tokenizer (`draft_tokenizer`)."""
+    from dynaspec.models.loading import NamedModels, load_named_models
+
+    if not getattr(args, "cross_tokenizer", False) or args.target is None or args.draft is None:
+        return NamedModels(*load_from_arguments(args, **fast))
+    target_fast = {key: fast[key] for key in ("static", "compile", "quantize") if key in fast}
+    draft_quantize = fast.get("draft_quantize", fast.get("quantize"))
+    return load_named_models(
+        args.target,
+        None if getattr(args, "no_draft", False) else args.draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        fast=target_fast,
+        draft_fast={**target_fast, "quantize": draft_quantize, "draft": True},
+        other_tokenizer=True,
+    )
+
+
 def counts(text: str, flag: str) -> tuple[int, ...]:
     """'1,2,4' -> (1, 2, 4) for a flag that takes counts >= 1; ConfigError naming `flag`."""
     try:

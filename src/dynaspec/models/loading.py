@@ -535,18 +535,64 @@ def load_models(
             pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
         )
         return loaded.target, loaded.draft, loaded.tokenizer
+    loaded = load_named_models(
+        target,
+        draft if with_draft else None,
+        dtype=dtype,
+        threads=threads,
+        fast=fast,
+        draft_fast=draft_fast,
+    )
+    return loaded.target, loaded.draft, loaded.tokenizer
+
+
+@dataclass(frozen=True)
+class NamedModels:
+    """A target and its draft loaded by name, with their tokenizers."""
+
+    target: Any
+    draft: Any  # None: decode with the target alone
+    tokenizer: PreTrainedTokenizerBase  # the target's
+    draft_tokenizer: PreTrainedTokenizerBase | None = None  # set only when it differs: the
+    #                                  draft drafts through text (assistant_tokenizer=)
+
+
+def load_named_models(
+    target: str | os.PathLike[str],
+    draft: str | os.PathLike[str] | None,
+    *,
+    dtype: str | None = None,
+    threads: int | None = None,
+    fast: dict[str, Any] | None = None,
+    draft_fast: dict[str, Any] | None = None,
+    other_tokenizer: bool = False,
+) -> NamedModels:
+    """A target and a draft named by preset, folder, GGUF or hub id. Their tokenizers must
+    agree, unless `other_tokenizer`: a draft of another family then keeps its own tokenizer
+    (`draft_tokenizer`, for generate()'s assistant_tokenizer=: drafts through text)."""
+    fast, draft_fast = fast or {}, draft_fast or {}
     names = (os.fspath(target), os.fspath(draft or ""))
-    if draft is not None and with_draft:  # two GGUFs: their headers, before converting
+    if draft is not None and not other_tokenizer:  # two GGUFs: their headers, first
         sources = [gguf_source(name, _gguf_dtype(dtype)) for name in (target, draft)]
         check_gguf_pair(*sources, target_name=names[0], draft_name=names[1])
     target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
-    draft_model = None
-    if draft is not None and with_draft:
-        draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads)
+    if draft is None:
+        return NamedModels(target_model, None, tokenizer)
+    draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads)
+    own: PreTrainedTokenizerBase | None = None
+    try:
         # eos ids may differ (an instruct target, a base draft): the vocabularies may not
         _check_tokenizers(tokenizer, draft_tokenizer, names, same_eos=False)
-        draft_model = make_fast(draft_model, **draft_fast, release=True)
-    return target_model, draft_model, tokenizer
+    except IncompatibleModelsError as error:
+        if not other_tokenizer:
+            own_words = "or let the draft keep its own tokenizer"
+            raise IncompatibleModelsError(
+                f"{error}; {own_words}: other_tokenizer=True (greedy only)",
+                cli_message=f"{error}; {own_words}: pass --cross-tokenizer (greedy only)",
+            ) from error
+        own = draft_tokenizer
+    draft_model = make_fast(draft_model, **draft_fast, release=True)
+    return NamedModels(target_model, draft_model, tokenizer, own)
 
 
 def dtype_choice(dtype: str | None, *, pair: str | None = None) -> DtypeChoice:
