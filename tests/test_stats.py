@@ -60,6 +60,12 @@ def test_summary_formulas() -> None:
     assert summary.target_time_s == pytest.approx(0.7)
     assert summary.other_time_s == pytest.approx(0.11)
     assert summary.overhead_per_round_s == pytest.approx(0.025)  # median of 4 values
+    drafted = sum(r.num_drafted for r in stats.rounds)
+    assert (summary.num_drafted, summary.num_accepted) == (
+        drafted,
+        sum(r.num_accepted for r in stats.rounds),
+    )
+    assert summary.acceptance_rate == pytest.approx(summary.num_accepted / drafted)
 
 
 def test_summary_of_nothing_is_all_zero() -> None:

@@ -29,6 +29,9 @@ class Summary:
     overhead_per_round_s: float
     processors: tuple[str, ...] = ()  # active logits processors, warpers, stopping criteria
     do_sample: bool = False  # sampled (True) or greedy (False)
+    num_drafted: int = 0  # tokens proposed over all rounds (copied ones included)
+    num_accepted: int = 0  # of those, accepted
+    num_copied: int = 0  # of the drafted, copied by prompt lookup
 
     def line(self) -> str:
         """One human-readable stats line."""
@@ -66,7 +69,7 @@ class GenerationStats:
     def summary(self) -> Summary:
         """Aggregates, with these definitions:
 
-        new_tokens = sum of num_emitted
+        new_tokens = sum of num_emitted; num_drafted, num_accepted, num_copied: the sums
         mean_accepted_per_round = sum(num_accepted) / rounds  (drafted tokens kept per round;
             the target adds one token of its own each round)
         acceptance_rate = sum(num_accepted) / sum(num_drafted)  (0 when nothing was drafted)
@@ -95,4 +98,7 @@ class GenerationStats:
             overhead_per_round_s=statistics.median(other) if other else 0.0,
             processors=self.processors,
             do_sample=self.do_sample,
+            num_drafted=drafted,
+            num_accepted=accepted,
+            num_copied=sum(r.num_copied for r in self.rounds),
         )

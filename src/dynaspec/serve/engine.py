@@ -237,16 +237,14 @@ class Engine:
 
 def _stats(job: Job, seconds: float) -> dict[str, Any]:
     """The request's speculation stats (the responses' extra `dynaspec` field)."""
-    rounds = job.row.stats.rounds
-    drafted = sum(r.num_drafted for r in rounds)
-    accepted = sum(r.num_accepted for r in rounds)
+    summary = job.row.stats.summary()
     produced = job.row.length - job.row.start
     return {
-        "rounds": len(rounds),
-        "drafted_tokens": drafted,
-        "accepted_tokens": accepted,
-        "copied_tokens": sum(r.num_copied for r in rounds),
-        "acceptance_rate": accepted / drafted if drafted else None,
+        "rounds": summary.rounds,
+        "drafted_tokens": summary.num_drafted,
+        "accepted_tokens": summary.num_accepted,
+        "copied_tokens": summary.num_copied,
+        "acceptance_rate": summary.acceptance_rate if summary.num_drafted else None,
         "time_to_first_token_s": job.first_token_s,
         "seconds": seconds,
         "tokens_per_second": produced / seconds if seconds > 0 else None,
