@@ -215,3 +215,22 @@ def test_draft_model_proposer_is_lossless(tiny, schedule):
     check_lossless(engine, target, requests)
     assert proposer.stats.proposed > 0
     assert proposer.stats.accepted > 0  # the draft is the target plus a little noise
+
+
+def test_each_request_learns_its_own_copies_on_the_shared_costs():
+    """What one request's copies teach (here: all rejected) does not make another request
+    copy less; what a step costs is learned once for all."""
+    from dynaspec.core.round import DraftPlan, Round, StopReason
+    from dynaspec.integrations.vllm.proposers import RequestPolicy
+    from dynaspec.integrations.vllm.requests import Request
+
+    proposer = lookup()
+    first, second = Request(), Request()
+    a, b = proposer.policy(first), proposer.policy(second)
+    assert isinstance(a, RequestPolicy) and a.costs is b.costs is proposer.shared.costs
+    before = b.lookup.prefix_probs(4, 5)
+    rejected = Round(DraftPlan(copy=5), StopReason.MAX, 5, 5, 0, 1, 6, 4, 0, 0, (1.0,) * 5, 0, 0)
+    for _ in range(20):
+        a.learn_tokens(rejected)
+    assert a.lookup.prefix_probs(4, 5)[0] < 0.2
+    assert b.lookup.prefix_probs(4, 5) == before

@@ -25,19 +25,27 @@ from tests.vllm_sim import SimEngine  # noqa: E402
 from dynaspec.integrations.vllm import LookupProposer, ProposerSettings  # noqa: E402
 
 
-def replay(prompt, output, make, a, b, k):
+def replay(prompts, outputs, make, a, b, k):
+    """The requests `prompts` run together (one engine, as many rows as prompts)."""
     now = [0.0]
-    sequence = list(prompt) + list(output)
+    sequences = {tuple(p): list(p) + list(o) for p, o in zip(prompts, outputs, strict=True)}
 
     def target(tokens):
-        return sequence[len(tokens)] if len(tokens) < len(sequence) else 0
+        for prompt, sequence in sequences.items():  # the request whose prompt this starts with
+            if tuple(tokens[: len(prompt)]) == prompt and len(tokens) < len(sequence):
+                return sequence[len(tokens)]
+        return 0
 
-    proposer = make(lambda: now[0])
+    proposer = make(lambda: now[0]) if callable(make) else make
+    if not callable(make):  # a proposer carried over from earlier groups: its clock moves on
+        proposer.clock = lambda: now[0] + proposer.clock_offset
+    longest = max(map(len, sequences.values()))
     engine = SimEngine(
-        proposer, target, max_num_seqs=1, max_model_len=len(sequence) + k + 2, k=k,
+        proposer, target, max_num_seqs=len(prompts), max_model_len=longest + k + 2, k=k,
         step_cost=lambda n: a + b * n, clock=now,
     )
-    engine.add(prompt, len(output))
+    for prompt, output in zip(prompts, outputs, strict=True):
+        engine.add(prompt, len(output))
     engine.run()
     return now[0], engine.steps, proposer
 
@@ -49,6 +57,7 @@ def main() -> None:
     parser.add_argument("--b", type=float, required=True, help="seconds per verified token")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--ngram", type=int, default=3)
+    parser.add_argument("--together", type=int, default=1, help="requests run at once")
     args = parser.parse_args()
     record = json.loads(Path(args.record).read_text())
     alone = next(r for r in record["results"] if r["method"] == "alone")["runs"][0]["outputs"]
@@ -57,16 +66,19 @@ def main() -> None:
         "adaptive": "adaptive",
     }
     ratios: dict[str, list[float]] = {name: [] for name in variants}
-    for label, prompt, output in zip(record["labels"], record["prompts"], alone, strict=True):
+    width = args.together
+    for start in range(0, len(alone), width):
+        label = " + ".join(record["labels"][start : start + width])
+        prompts, outputs = record["prompts"][start : start + width], alone[start : start + width]
         times = {}
         for name, schedule in variants.items():
             settings = ProposerSettings(args.k, schedule=schedule, ngram=args.ngram)
             seconds, steps, proposer = replay(
-                prompt, output, lambda clock, s=settings: LookupProposer(settings=s, clock=clock),
+                prompts, outputs, lambda clock, s=settings: LookupProposer(settings=s, clock=clock),
                 args.a, args.b, args.k,
             )
             times[name] = seconds
-            print(f"{label:40s} {name:10s} {seconds:7.1f} s {steps:4d} steps "
+            print(f"{label[:60]:60s} {name:10s} {seconds:7.1f} s {steps:4d} steps "
                   f"acceptance {proposer.stats.acceptance:.2f}")
         for name in variants:
             ratios[name].append(times["copy-all"] / times[name])

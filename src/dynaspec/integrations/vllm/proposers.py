@@ -30,6 +30,7 @@ from dynaspec.integrations.vllm.requests import Request, RequestTracker, Row, Se
 from dynaspec.integrations.vllm.settings import ProposerSettings
 from dynaspec.integrations.vllm.steps import StepCost, request_round, step_round
 from dynaspec.policies import AdaptivePolicy, make_policy
+from dynaspec.policies.lookup_acceptance import LookupAcceptance
 
 
 class DynaspecProposer:
@@ -110,10 +111,13 @@ class DynaspecProposer:
 
     # ---- shared -------------------------------------------------------------------------
     def policy(self, request: Request) -> LookaheadPolicy:
-        if self.adaptive:
-            return self.shared
+        """adaptive: the request's view of the shared estimates (RequestPolicy); another
+        schedule: the request's own policy."""
         if request.policy is None:
-            request.policy = make_policy(self.settings.spec)
+            adaptive = self.adaptive
+            request.policy = (
+                RequestPolicy(self.shared) if adaptive else make_policy(self.settings.spec)
+            )
         return request.policy
 
     def _learn(self, rows: Sequence[Row | None], step_s: float) -> None:
@@ -122,13 +126,32 @@ class DynaspecProposer:
                 continue
             record = request_round(row.outcome)
             self.stats.add_verdict(record.num_drafted, record.num_accepted)
-            if self.adaptive:
-                self.shared.learn_tokens(record)
+            policy = self.policy(row.request)
+            if isinstance(policy, RequestPolicy):
+                policy.learn_tokens(record)  # the step's forward is learned once, below
             else:
-                self.policy(row.request).update(record)
+                policy.update(record)
         step = step_round(rows, step_s, self._cost)
         if step is not None and self.adaptive:
             self.shared.learn_forwards(step, step.num_emitted)
+
+
+class RequestPolicy(AdaptivePolicy):
+    """The adaptive rule for one request: what the machine's steps cost, the engine's rate
+    and the draft's calibration are the shared policy's, learned from every request; how
+    often this request's copies are accepted is its own, from the prior up, as a fresh
+    policy per generate() call learns it (what a summary's copies teach says little about
+    a story's or a code edit's)."""
+
+    def __init__(self, shared: AdaptivePolicy) -> None:  # no reset(): the estimates are shared
+        self.shared = shared
+        self.config = shared.config
+        self.lookup = LookupAcceptance()
+
+    costs = property(lambda self: self.shared.costs)
+    calibration = property(lambda self: self.shared.calibration)
+    prober = property(lambda self: self.shared.prober)
+    rate = property(lambda self: self.shared.rate)
 
 
 class LookupProposer(DynaspecProposer):
