@@ -82,30 +82,7 @@ def _add_generate(subparsers: Any) -> None:
         help="assistant_confidence_threshold: dynamic stops drafting below this draft probability",
     )
     _add_generation_settings(p)
-    p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
-    p.add_argument(
-        "--cross-tokenizer",
-        action="store_true",
-        help="a --draft of another model family keeps its own tokenizer and drafts through "
-        "text (transformers' universal assisted generation: tokenizer= and "
-        "assistant_tokenizer=); lossless, greedy only",
-    )
-    p.add_argument(
-        "--prompt-lookup",
-        type=int_at_least(1, "drop --prompt-lookup to draft without it"),
-        default=None,
-        metavar="N",
-        help="also draft by prompt lookup, copying up to N tokens per round "
-        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone). With the adaptive "
-        "schedule a large N such as 32 is safe: it copies only as far as copying pays",
-    )
-    p.add_argument(
-        "--max-matching-ngram-size",
-        type=int_at_least(1),
-        default=None,
-        metavar="N",
-        help="prompt lookup matches n-grams of up to N tokens (default 2)",
-    )
+    _add_draft_sources(p)
     chat = p.add_mutually_exclusive_group()
     chat.add_argument(
         "--chat",
@@ -132,6 +109,34 @@ def _add_generate(subparsers: Any) -> None:
         help="with --prompts-file: prompts decoded together (left-padded)",
     )
     p.set_defaults(func=run_generate, check=lambda args: _check_generate_arguments(p, args))
+
+
+def _add_draft_sources(p: argparse.ArgumentParser) -> None:
+    """generate's flags for where draft tokens come from: the draft, its tokenizer, lookup."""
+    p.add_argument("--no-draft", action="store_true", help="decode with the target alone")
+    p.add_argument(
+        "--cross-tokenizer",
+        action="store_true",
+        help="a --draft of another model family keeps its own tokenizer and drafts through "
+        "text (transformers' universal assisted generation: tokenizer= and "
+        "assistant_tokenizer=); lossless, greedy only",
+    )
+    p.add_argument(
+        "--prompt-lookup",
+        type=int_at_least(1, "drop --prompt-lookup to draft without it"),
+        default=None,
+        metavar="N",
+        help="also draft by prompt lookup, copying up to N tokens per round "
+        "(prompt_lookup_num_tokens; with --no-draft: prompt lookup alone). With the adaptive "
+        "schedule a large N such as 32 is safe: it copies only as far as copying pays",
+    )
+    p.add_argument(
+        "--max-matching-ngram-size",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="prompt lookup matches n-grams of up to N tokens (default 2)",
+    )
 
 
 _FROM_CONFIG = "(default: the model's generation config, else {})"

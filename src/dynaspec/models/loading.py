@@ -43,9 +43,9 @@ from dynaspec.models.presets import (
     get_model_preset,
     get_pair_preset,
     model_presets,
-    pair_presets,
 )
 from dynaspec.models.quiet import no_progress_bars
+from dynaspec.models.report import models_report  # noqa: F401 (the CLI's `dynaspec models`)
 from dynaspec.models.vocab import (
     check_gguf_pair,
     check_same_vocabulary,
@@ -424,68 +424,6 @@ def _check_pair_memory(
         fixes.append('load in bfloat16 (dtype="bfloat16": half the memory)')
         cli_fixes.append("pass --dtype bfloat16 (half the memory)")
     memory.check_memory(need, fixes=fixes, cli_fixes=cli_fixes)
-
-
-def _format_count(count: int) -> str:
-    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
-
-
-def _format_bytes(size: int) -> str:
-    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
-
-
-def models_report(cache_dir: CacheDirArg = None) -> str:
-    """A text table of the presets: name, role, parameters, download (GGUF) size, size once
-    converted in the machine's dtype, installed?, cached?"""
-    root = model_cache.resolve_cache_dir(cache_dir)
-    dtype = machine_dtype().dtype
-    header = ("name", "role", "params", "download", "converted", "installed", "cached")
-    rows: list[tuple[str, ...]] = [header]
-    missing_lines: list[str] = []
-    for preset in model_presets().values():
-        missing = model_cache.missing_packages(preset)
-        if not missing:
-            installed = "yes"
-        elif len(missing) == len(preset.packages):
-            installed = "no"
-        else:
-            installed = f"partly ({len(preset.packages) - len(missing)}/{len(preset.packages)})"
-        if missing:
-            missing_lines.append(f"  {preset.name}: {preset.pip_command(missing)}")
-        cached = ", ".join(model_cache.cached_dtypes(preset, root)) or "no"
-        rows.append(
-            (
-                preset.name,
-                preset.role,
-                _format_count(preset.num_parameters),
-                _format_bytes(preset.size),
-                _format_bytes(preset.num_parameters * dtype.itemsize),
-                installed,
-                cached,
-            )
-        )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.append(
-        "download: the model packages (a quantized GGUF); converted: the transformers "
-        f"folder made from it on first use, in this machine's dtype "
-        f"({model_cache.dtype_name(dtype)})"
-    )
-    lines.append("")
-    lines.append("pairs:")
-    for pair in pair_presets().values():
-        default = " (default)" if pair.name == default_pair_name() else ""
-        lines.append(f"  {pair.name}{default}: {pair.target} + {pair.draft}")
-    lines.append("")
-    lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
-    lines.append(f"dtype on this machine: {machine_dtype().line()}")
-    if missing_lines:
-        lines.append("to install:")
-        lines.extend(missing_lines)
-    return "\n".join(lines)
 
 
 def load_models(
