@@ -31,22 +31,32 @@ def alone(target, draft, prompt: list[int], **kwargs) -> list[int]:
     return out.sequences[0, len(prompt) :].tolist()
 
 
-def run(batch: ContinuousBatch, arrivals: dict[int, int], kwargs: dict) -> dict[int, list[int]]:
-    """Prompt i joins before round arrivals[i]; rows leave as soon as they end."""
+def run(
+    batch: ContinuousBatch, arrivals: dict[int, int], kwargs: dict, chunk: int | None = None
+) -> dict[int, list[int]]:
+    """Prompt i joins before round arrivals[i]; rows leave as soon as they end. With `chunk`,
+    a joining prompt is prefilled `chunk` tokens per round (one joining row at a time, all
+    at once while no row generates), as serve/'s engine does."""
     out: dict[int, list[int]] = {}
     names: dict[int, int] = {}
+    waiting: list = []
     step = 0
     while len(out) < len(arrivals):
         for index, when in arrivals.items():
             if when == step:
                 row = batch.make_row(PROMPTS[index], dict(kwargs, max_new_tokens=NEW))
                 names[id(row)] = index
-                batch.join(row, PROMPTS[index])
+                waiting.append(batch.joining(row, PROMPTS[index]))
+        if chunk is None:
+            while waiting:
+                batch.admit(waiting.pop(0))
+        elif waiting and batch.prefill(waiting[0], chunk if batch.rows else None):
+            batch.admit(waiting.pop(0))
         batch.step()
         for row in batch.leave(lambda row: row.done):
             out[names[id(row)]] = row.committed[row.start :].tolist()
         step += 1
-        assert step < 200, "the batch never ended"
+        assert step < (200 if chunk is None else 300), "the batch never ended"
     return out
 
 
@@ -129,35 +139,12 @@ def test_bad_requests_are_typed_errors(pair) -> None:
         batch.make_row([5], {"max_tokens": 3})
 
 
-def run_chunked(batch: ContinuousBatch, arrivals: dict[int, int], chunk: int) -> dict:
-    """As `run`, with each joining prompt prefilled `chunk` tokens per round (one joining
-    row at a time), as serve/'s engine does while rows are generating."""
-    out: dict[int, list[int]] = {}
-    names: dict[int, int] = {}
-    waiting: list = []
-    step = 0
-    while len(out) < len(arrivals):
-        for index, when in arrivals.items():
-            if when == step:
-                row = batch.make_row(PROMPTS[index], {"max_new_tokens": NEW})
-                names[id(row)] = index
-                waiting.append(batch.joining(row, PROMPTS[index]))
-        if waiting and batch.prefill(waiting[0], chunk if batch.rows else None):
-            batch.admit(waiting.pop(0))
-        batch.step()
-        for row in batch.leave(lambda row: row.done):
-            out[names[id(row)]] = row.committed[row.start :].tolist()
-        step += 1
-        assert step < 300, "the batch never ended"
-    return out
-
-
 @pytest.mark.parametrize("source", ["model", "hybrid"])
 def test_prompts_prefilled_in_chunks_between_rounds_give_the_same_output(pair, source) -> None:
     target, draft = pair
     lookup = None if source == "model" else 6
     batch = ContinuousBatch(target, draft, prompt_lookup_num_tokens=lookup)
-    got = run_chunked(batch, {0: 0, 1: 1, 2: 1, 3: 2}, chunk=3)
+    got = run(batch, {0: 0, 1: 1, 2: 1, 3: 2}, {}, chunk=3)
     for index, prompt in enumerate(PROMPTS):
         assert got[index] == alone(target, draft, prompt), index
 

@@ -141,9 +141,8 @@ class HFBatchAdapter:
         verification gives its first new token."""
         head = prompt[:-1].to(self.device)
         count = head.numel()
-        if own is None or own.get_seq_length() < count:
-            done = 0 if own is None else own.get_seq_length()
-            own = self.prefill(head[done:], own)
+        done = 0 if own is None else own.get_seq_length()
+        own = self.prefill(head[done:], own)  # what `prefill` has not cached yet, if any
         rows, columns = len(self.slots), self.mask.shape[1]
         width = max(columns, count)
         if own is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -95,6 +94,7 @@ def run_all(args: argparse.Namespace, prompts: list[list[int]], labels: list[str
     """Every method in a child process, one after another; the record of the run."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    config = _config(args)  # before the runs: the code and machine they ran on
     results = []
     for method in args.methods:
         job = {
@@ -117,7 +117,7 @@ def run_all(args: argparse.Namespace, prompts: list[list[int]], labels: list[str
             subprocess.run(command, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
         results.append(json.loads(result_file.read_text()))
         job_file.unlink()
-    return {"config": _config(args), "labels": labels, "prompts": prompts, "results": results}
+    return {"config": config, "labels": labels, "prompts": prompts, "results": results}
 
 
 def _child_env(args: argparse.Namespace, method: str) -> dict[str, str]:
@@ -136,8 +136,10 @@ def _child_env(args: argparse.Namespace, method: str) -> dict[str, str]:
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
+    """The run's settings and provenance (eval/provenance.py: versions, machine, git)."""
     import vllm
+
+    from dynaspec.eval.provenance import git_state, library_versions, machine_info
 
     return {
         "target": args.target,
@@ -147,32 +149,10 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "ngram": args.ngram,
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
-        "vllm": vllm.__version__,
-        "torch": torch.__version__,
-        "cpu": _cpu_name(),
-        "python": platform.python_version(),
-        "git": _git_sha(),
+        "versions": {**library_versions(), "vllm": vllm.__version__},
+        "machine": machine_info(),
+        "git": git_state(),
     }
-
-
-def _cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if "model name" in ln), "")
-    flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    simd = "AVX512-BF16" if "avx512_bf16" in flags else "AVX512" if "avx512f" in flags else "AVX2"
-    return f"{name}, {simd}, {os.cpu_count()} cores"
-
-
-def _git_sha() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def table(record: dict[str, Any]) -> str:

@@ -265,36 +265,24 @@ def warn_idle_flags(args: argparse.Namespace, stream: Any) -> None:
 def load_from_arguments(args: argparse.Namespace, **fast: Any) -> tuple[Any, Any, Any]:
     """(target, draft, tokenizer) as the model flags (--pair/--target/--draft, --dtype,
     --threads, --no-draft) and `fast` (the fast path's options) ask for them."""
-    from dynaspec.models.loading import load_models
+    loaded = load_named_from_arguments(args, **fast)
+    return loaded.target, loaded.draft, loaded.tokenizer
 
-    return load_models(
+
+def load_named_from_arguments(args: argparse.Namespace, **fast: Any) -> Any:
+    """`models.loading.NamedModels` as the model flags ask for them; with --cross-tokenizer
+    a --draft of another family keeps its own tokenizer (`draft_tokenizer`)."""
+    from dynaspec.models.loading import load_model_set
+
+    return load_model_set(
         args.pair,
         target=args.target,
         draft=args.draft,
         dtype=args.dtype,
         threads=args.threads,
         with_draft=not getattr(args, "no_draft", False),
+        other_tokenizer=getattr(args, "cross_tokenizer", False),
         **fast,
-    )
-
-
-def load_named_from_arguments(args: argparse.Namespace, **fast: Any) -> Any:
-    """`models.loading.NamedModels` as the model flags ask for them; with --cross-tokenizer
-    a --draft of another family keeps its own tokenizer (`draft_tokenizer`)."""
-    from dynaspec.models.loading import NamedModels, load_named_models
-
-    if not getattr(args, "cross_tokenizer", False) or args.target is None or args.draft is None:
-        return NamedModels(*load_from_arguments(args, **fast))
-    target_fast = {key: fast[key] for key in ("static", "compile", "quantize") if key in fast}
-    draft_quantize = fast.get("draft_quantize", fast.get("quantize"))
-    return load_named_models(
-        args.target,
-        None if getattr(args, "no_draft", False) else args.draft,
-        dtype=args.dtype,
-        threads=args.threads,
-        fast=target_fast,
-        draft_fast={**target_fast, "quantize": draft_quantize, "draft": True},
-        other_tokenizer=True,
     )
 
 

@@ -426,7 +426,27 @@ def _check_pair_memory(
     memory.check_memory(need, fixes=fixes, cli_fixes=cli_fixes)
 
 
+@dataclass(frozen=True)
+class NamedModels:
+    """A target and its draft loaded by name, with their tokenizers."""
+
+    target: Any
+    draft: Any  # None: decode with the target alone
+    tokenizer: PreTrainedTokenizerBase  # the target's
+    draft_tokenizer: PreTrainedTokenizerBase | None = None  # set only when it differs: the
+    #                                  draft drafts through text (assistant_tokenizer=)
+
+
 def load_models(
+    pair: str | None = None, **options: Any
+) -> tuple[Any, Any, PreTrainedTokenizerBase]:
+    """(target, draft, tokenizer) of `load_model_set(pair, **options)`: what `dynaspec
+    generate`, `bench` and `oracle` decode with."""
+    loaded = load_model_set(pair, **options)
+    return loaded.target, loaded.draft, loaded.tokenizer
+
+
+def load_model_set(
     pair: str | None = None,
     *,
     target: str | os.PathLike[str] | None = None,
@@ -439,8 +459,9 @@ def load_models(
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
     with_draft: bool = True,
-) -> tuple[Any, Any, PreTrainedTokenizerBase]:
-    """(target, draft, tokenizer): what `dynaspec generate`, `bench` and `oracle` decode with.
+    other_tokenizer: bool = False,
+) -> NamedModels:
+    """The target, the draft and their tokenizers.
 
     target: a model (see load_model) decoded with `draft`, or alone when `draft` is None;
     `pair` is then ignored. Otherwise `pair` names a pair preset (default DEFAULT_PAIR), or
@@ -451,6 +472,8 @@ def load_models(
     models are all per-op overhead: one thread is fastest).
     static, compile, quantize, draft_quantize: the fast path, as in load_pair.
     with_draft=False: the draft is neither loaded nor returned (None), e.g. for --no-draft.
+    other_tokenizer: a named `draft` of another family keeps its own tokenizer
+    (`draft_tokenizer`, for generate()'s assistant_tokenizer=) instead of being refused.
     """
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
@@ -465,50 +488,38 @@ def load_models(
             torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
             target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
         draft_model = make_fast(draft_model, **draft_fast, release=True) if with_draft else None
-        return make_fast(target_model, **fast, release=True), draft_model, tokenizer
+        return NamedModels(make_fast(target_model, **fast, release=True), draft_model, tokenizer)
     if target is None and not with_draft:
         target = get_pair_preset(default_pair_name() if pair is None else pair).target
     if target is None:
         loaded = load_pair(
             pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
         )
-        return loaded.target, loaded.draft, loaded.tokenizer
-    loaded = load_named_models(
+        return NamedModels(loaded.target, loaded.draft, loaded.tokenizer)
+    return _load_named_models(
         target,
         draft if with_draft else None,
         dtype=dtype,
         threads=threads,
         fast=fast,
         draft_fast=draft_fast,
+        other_tokenizer=other_tokenizer,
     )
-    return loaded.target, loaded.draft, loaded.tokenizer
 
 
-@dataclass(frozen=True)
-class NamedModels:
-    """A target and its draft loaded by name, with their tokenizers."""
-
-    target: Any
-    draft: Any  # None: decode with the target alone
-    tokenizer: PreTrainedTokenizerBase  # the target's
-    draft_tokenizer: PreTrainedTokenizerBase | None = None  # set only when it differs: the
-    #                                  draft drafts through text (assistant_tokenizer=)
-
-
-def load_named_models(
+def _load_named_models(
     target: str | os.PathLike[str],
     draft: str | os.PathLike[str] | None,
     *,
-    dtype: str | None = None,
-    threads: int | None = None,
-    fast: dict[str, Any] | None = None,
-    draft_fast: dict[str, Any] | None = None,
-    other_tokenizer: bool = False,
+    dtype: str | None,
+    threads: int | None,
+    fast: dict[str, Any],
+    draft_fast: dict[str, Any],
+    other_tokenizer: bool,
 ) -> NamedModels:
     """A target and a draft named by preset, folder, GGUF or hub id. Their tokenizers must
     agree, unless `other_tokenizer`: a draft of another family then keeps its own tokenizer
     (`draft_tokenizer`, for generate()'s assistant_tokenizer=: drafts through text)."""
-    fast, draft_fast = fast or {}, draft_fast or {}
     names = (os.fspath(target), os.fspath(draft or ""))
     if draft is not None and not other_tokenizer:  # two GGUFs: their headers, first
         sources = [gguf_source(name, _gguf_dtype(dtype)) for name in (target, draft)]

@@ -45,7 +45,7 @@ class MemoryNeed:
 
 def weight_bytes(num_parameters: int, dtype: torch.dtype) -> int:
     """Bytes of `num_parameters` weights in `dtype`."""
-    return num_parameters * torch.empty((), dtype=dtype).element_size()
+    return num_parameters * dtype.itemsize
 
 
 def pair_need(

@@ -131,8 +131,8 @@ class DynaspecProposer:
                 policy.learn_tokens(record)  # the step's forward is learned once, below
             else:
                 policy.update(record)
-        step = step_round(rows, step_s, self._cost)
-        if step is not None and self.adaptive:
+        step = step_round(rows, step_s, self._cost) if self.adaptive else None
+        if step is not None:  # what the step's forward cost, learned once for all requests
             self.shared.learn_forwards(step, step.num_emitted)
 
 

@@ -84,20 +84,20 @@ def _ids(value: Any) -> tuple[int, ...]:
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(ENV_PREFIX + name)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name}={text!r}: set it to a whole number") from None
+    return _number(env, name, default, int, "a whole number")
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(env, name, default, float, "a number")
+
+
+def _number(env: Mapping[str, str], name: str, default: Any, parse: Any, words: str) -> Any:
+    """DYNASPEC_VLLM_<name> read with `parse`, or `default` when unset; ConfigError naming
+    the variable and what to set it to."""
     text = env.get(ENV_PREFIX + name)
     if text is None:
         return default
     try:
-        return float(text)
+        return parse(text)
     except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name}={text!r}: set it to a number") from None
+        raise ConfigError(f"{ENV_PREFIX}{name}={text!r}: set it to {words}") from None
