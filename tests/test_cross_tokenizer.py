@@ -175,16 +175,24 @@ def reference(target_name: str, text: str, printable: bool) -> torch.Tensor:
 
 
 PAIRS = [("bytes", "bpe"), ("bpe", "bytes"), ("metaspace", "bytes"), ("bytes", "metaspace")]
-# Printable text with every schedule; any bytes (invalid UTF-8 included) with one.
-VARIANTS = [(True, schedule) for schedule in SCHEDULES] + [(False, "constant")]
+# Printable text with every schedule; any bytes (invalid UTF-8 included) with one; drafted
+# through text, and over the shared tokens (cross_tokenizer="intersection").
+VARIANTS = [("string", True, schedule) for schedule in SCHEDULES] + [
+    ("string", False, "constant"),
+    ("intersection", True, "adaptive"),
+    ("intersection", True, "dynamic"),
+    ("intersection", False, "constant"),
+]
 
 
 @pytest.mark.parametrize(
-    ("printable", "schedule"), VARIANTS, ids=[f"{'ascii' if p else 'any'}-{s}" for p, s in VARIANTS]
+    ("method", "printable", "schedule"),
+    VARIANTS,
+    ids=[f"{m}-{'ascii' if p else 'any'}-{s}" for m, p, s in VARIANTS],
 )
 @pytest.mark.parametrize(("target_name", "draft_name"), PAIRS, ids=named(PAIRS))
 def test_greedy_output_is_the_targets_own(
-    target_name: str, draft_name: str, printable: bool, schedule: str
+    target_name: str, draft_name: str, method: str, printable: bool, schedule: str
 ) -> None:
     target, draft = llama(target_name, 0, printable), llama(draft_name, 1, printable)
     for text in PROMPTS:
@@ -195,6 +203,7 @@ def test_greedy_output_is_the_targets_own(
             ids,
             tokenizer=tokenizer(target_name),
             assistant_tokenizer=tokenizer(draft_name),
+            cross_tokenizer=method,
             do_sample=False,
             max_new_tokens=NEW_TOKENS,
             num_assistant_tokens=6,
@@ -461,9 +470,9 @@ def pair(**kwargs: Any) -> dict[str, Any]:
 TOKENIZER_PAIR = {"tokenizer": bytes_tokenizer(), "assistant_tokenizer": bpe_tokenizer()}
 
 
-def test_sampling_with_another_tokenizer_is_refused() -> None:
-    with pytest.raises(UnsupportedOptionError, match="greedily only"):
-        dynaspec.generate(**pair(do_sample=True, **TOKENIZER_PAIR))
+def test_sampling_through_text_is_refused() -> None:
+    with pytest.raises(UnsupportedOptionError, match="greedy only"):
+        dynaspec.generate(**pair(do_sample=True, cross_tokenizer="string", **TOKENIZER_PAIR))
 
 
 def test_another_vocabulary_without_the_tokenizers_names_both() -> None:
@@ -528,3 +537,20 @@ def test_cli_names_the_flag_when_the_tokenizers_differ(cross_folders, capsys):
     assert "--cross-tokenizer" in capsys.readouterr().err
     assert cli.main(["generate", "--pair", "tiny", "--cross-tokenizer", "x"]) == 2
     assert "name both models" in capsys.readouterr().err
+
+
+def test_cli_samples_over_the_shared_tokens(cross_folders, capsys):
+    from dynaspec import cli
+
+    target, draft = cross_folders
+    argv = ["generate", "--target", target, "--draft", draft, "--dtype", "float32",
+            "--max-new-tokens", "8", "--raw", "--cross-tokenizer", "--sample",
+            "--seed", "3"]  # fmt: skip
+    assert cli.main([*argv, "The quick"]) == 0
+    assert "over the tokens both share" in capsys.readouterr().err
+    string = [*argv, "--cross-tokenizer-method", "string", "The quick"]
+    assert cli.main(string) == 2
+    assert "--cross-tokenizer-method intersection" in capsys.readouterr().err
+    alone = ["generate", "--pair", "tiny", "--cross-tokenizer-method", "string", "x"]
+    assert cli.main(alone) == 2
+    assert "add it" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def test_vocabulary_mismatch() -> None:
     raises(
         IncompatibleModelsError,
         r"draft vocabulary 12 != target vocabulary 16: "
-        r".*share the target.s tokenizer.*tokenizer=.*assistant_tokenizer=.*greedy only",
+        r".*share the target.s tokenizer.*tokenizer=.*assistant_tokenizer=.*same model family",
         scripted(16),
         scripted(12),
         PROMPT,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
+from dynaspec.core.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_method
 from dynaspec.errors import DynaspecError
 from dynaspec.eval.bench.args import add_bench_arguments
 from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
@@ -117,9 +118,16 @@ def _add_draft_sources(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cross-tokenizer",
         action="store_true",
-        help="a --draft of another model family keeps its own tokenizer and drafts through "
-        "text (transformers' universal assisted generation: tokenizer= and "
-        "assistant_tokenizer=); lossless, greedy only",
+        help="a --draft of another model family keeps its own tokenizer (tokenizer= and "
+        "assistant_tokenizer=) and drafts by --cross-tokenizer-method; lossless",
+    )
+    p.add_argument(
+        "--cross-tokenizer-method",
+        choices=CROSS_TOKENIZER_METHODS,
+        default="auto",
+        help="with --cross-tokenizer: 'string' drafts through text (transformers' universal "
+        "assisted generation; greedy only), 'intersection' over the tokens both tokenizers "
+        "share (greedy or --sample); 'auto' (default): intersection with --sample, else string",
     )
     p.add_argument(
         "--prompt-lookup",
@@ -223,10 +231,12 @@ def _check_generate_arguments(parser: argparse.ArgumentParser, args: argparse.Na
         parser.error("--no-draft and --draft contradict each other: drop one")
     if args.cross_tokenizer and (args.target is None or args.draft is None):
         parser.error("--cross-tokenizer acts on --target and --draft: name both models")
-    if args.cross_tokenizer and args.sample:
+    if args.cross_tokenizer_method != "auto" and not args.cross_tokenizer:
+        parser.error("--cross-tokenizer-method acts with --cross-tokenizer: add it")
+    if args.cross_tokenizer_method == "string" and args.sample:
         parser.error(
-            "--cross-tokenizer drafts greedily only: drop --sample, or use a draft "
-            "with the target's tokenizer"
+            "--cross-tokenizer-method string drafts greedily only: drop --sample, or draft "
+            "over the shared tokens with --cross-tokenizer-method intersection"
         )
     if args.stop is not None and not all(args.stop):
         parser.error("argument --stop: an empty stop string would stop at once; drop it")
@@ -291,7 +301,9 @@ def run_generate(args: argparse.Namespace) -> int:
     models = load_named_from_arguments(args, **fast_options(args))
     target, draft, tokenizer = models.target, models.draft, models.tokenizer
     if models.draft_tokenizer is not None:
-        print("the draft keeps its own tokenizer: it drafts through text", file=sys.stderr)
+        how = cross_tokenizer_method(args.cross_tokenizer_method, args.sample)
+        words = {"string": "through text", "intersection": "over the tokens both share"}
+        print(f"the draft keeps its own tokenizer: it drafts {words[how]}", file=sys.stderr)
     # Encoder-decoder models take the instruction as plain input text, never a chat template.
     seq2seq = bool(getattr(target.config, "is_encoder_decoder", False))
     chat = not args.raw and not seq2seq and (args.chat or should_use_chat(tokenizer))
@@ -302,6 +314,7 @@ def run_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         tokenizer=tokenizer,
         assistant_tokenizer=models.draft_tokenizer,
+        cross_tokenizer=args.cross_tokenizer_method,
         prompt_lookup_num_tokens=args.prompt_lookup,
         max_matching_ngram_size=args.max_matching_ngram_size,
         **generation_keywords(args),

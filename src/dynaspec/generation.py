@@ -55,6 +55,7 @@ def generate(
     stopping_criteria: Sequence[Any] | None = None,
     tokenizer: Any = None,
     assistant_tokenizer: Any = None,
+    cross_tokenizer: str = "auto",
     attention_mask: torch.Tensor | None = None,
     **kwargs: Unpack[GenerationKwargs],
 ) -> GenerateOutput:
@@ -81,15 +82,13 @@ def generate(
     `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
     Bare models are paired by vocabulary size; load_pair checks token lists (docs/models.md).
     With `tokenizer` and `assistant_tokenizer` (the draft's), a draft of another vocabulary
-    drafts through text, greedy only, as transformers' UAG (drafters/cross_tokenizer.py).
+    drafts by `cross_tokenizer`: "string" (through text, greedy only, as transformers' UAG),
+    "intersection" (the shared tokens; sampling too), "auto": intersection when sampling.
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     check_call_arguments(seed, streamer, policy)
-    spec = SpecConfig(
-        num_assistant_tokens=num_assistant_tokens,
-        assistant_confidence_threshold=assistant_confidence_threshold,
-        num_assistant_tokens_schedule=num_assistant_tokens_schedule,
-    )
+    spec = SpecConfig(num_assistant_tokens, assistant_confidence_threshold,
+                      num_assistant_tokens_schedule)  # fmt: skip
     if is_batch(input_ids):  # (B, T), B > 1: dynaspec/batch.py
         own = {k: v for k, v in locals().items() if k in BATCH_OPTIONS}
         return generate_batch(target, draft, input_ids, attention_mask, spec, own, kwargs)
@@ -102,7 +101,8 @@ def generate(
         kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
     )
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
-    _check_settings(target_adapter, draft_adapter, texts, prompt, settings, lookup)
+    method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings, lookup,
+                             cross_tokenizer)  # fmt: skip
     fresh = make_policy(spec)  # checks the schedule's name even when `policy` is given
     policy = fresh if policy is None else policy
     sampler = _sampler(settings, logits_processor, prompt, target_adapter, input_length)
@@ -110,7 +110,7 @@ def generate(
     emission = Emission.needed(criteria, settings.outputs)
     with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
         eos = settings.limits.eos_token_ids
-        drafter = make_drafter(draft_adapter, target_adapter.vocab_size, eos, lookup, texts)
+        drafter = make_drafter(draft_adapter, target_adapter.vocab_size, eos, lookup, texts, method)
         output = decode(
             target_adapter, drafter, prompt, policy, sampler, settings.limits, streamer, emission
         )
@@ -139,13 +139,15 @@ def _check_settings(
     prompt: torch.Tensor,
     settings: Any,
     lookup: Any,
-) -> None:
+    cross_tokenizer: str,
+) -> str | None:
     """The checks that need the settings: the lengths (a draft with another tokenizer counts
     its own tokens, and stops drafting at its context's end) and what such a draft does not
-    do yet."""
-    check_text_options(texts, settings.sampling.do_sample, lookup)
+    do yet. Returns how such a draft drafts (None: there is none)."""
+    method = check_text_options(texts, settings.sampling.do_sample, lookup, cross_tokenizer)
     models = [target] + ([draft] if draft is not None and texts is None else [])
     check_lengths(models, prompt.shape[1], settings.limits.max_new_tokens)
+    return method
 
 
 def _checked_adapters(

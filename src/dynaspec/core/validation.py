@@ -90,8 +90,8 @@ def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
         raise IncompatibleModelsError(
             f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}: "
             "the draft does not share the target's tokenizer; to draft through text pass both "
-            "tokenizers, tokenizer=<the target's> and assistant_tokenizer=<the draft's> "
-            "(greedy only), or pick a draft from the same model family"
+            "tokenizers, tokenizer=<the target's> and assistant_tokenizer=<the draft's>, "
+            "or pick a draft from the same model family"
         )
 
 
@@ -137,20 +137,43 @@ def _check_tokenizer(name: str, tokenizer: Any, model: ModelAdapter, whose: str)
         )
 
 
-def check_text_options(texts: tuple[Any, Any] | None, do_sample: bool, lookup: Any) -> None:
-    """UnsupportedOptionError for what a draft with another tokenizer does not do yet."""
+CROSS_TOKENIZER_METHODS = ("auto", "string", "intersection")
+
+
+def cross_tokenizer_method(method: str, do_sample: bool) -> str:
+    """How a draft with another tokenizer drafts: "string" (through text, greedy only) or
+    "intersection" (over the tokens both tokenizers share); "auto" takes "intersection"
+    when sampling, else "string"."""
+    if method not in CROSS_TOKENIZER_METHODS:
+        raise ConfigError(
+            f"cross_tokenizer={method!r} is not a method: pass one of "
+            + ", ".join(repr(m) for m in CROSS_TOKENIZER_METHODS)
+        )
+    if method == "auto":
+        return "intersection" if do_sample else "string"
+    return method
+
+
+def check_text_options(
+    texts: tuple[Any, Any] | None, do_sample: bool, lookup: Any, method: str = "auto"
+) -> str | None:
+    """The method a draft with another tokenizer drafts by (cross_tokenizer_method), None
+    without such a draft. UnsupportedOptionError for what such a draft does not do (yet)."""
+    method = cross_tokenizer_method(method, do_sample)
     if texts is None:
-        return
-    if do_sample:
+        return None
+    if do_sample and method == "string":
         raise UnsupportedOptionError(
-            "a draft with another tokenizer (assistant_tokenizer=) drafts greedily only for "
-            "now: pass do_sample=False, or a draft that shares the target's tokenizer"
+            "a draft with another tokenizer drafting through text (cross_tokenizer='string') "
+            "is greedy only: pass cross_tokenizer='intersection' to sample (the draft proposes "
+            "the tokens both tokenizers share), or do_sample=False"
         )
     if lookup is not None:
         raise UnsupportedOptionError(
             "prompt lookup (prompt_lookup_num_tokens=) does not combine with a draft of "
             "another tokenizer yet: drop one of the two"
         )
+    return method
 
 
 def check_lengths(

@@ -10,12 +10,15 @@ from dynaspec.core.protocols import Drafter, ModelAdapter
 from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter, draft_eos_ids
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.hybrid import HybridDrafter
+from dynaspec.drafters.intersection import IntersectionDrafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
+from dynaspec.drafters.shared_vocab import shared_vocabulary
 from dynaspec.errors import ConfigError
 
 __all__ = [
     "CrossTokenizerDrafter",
     "HybridDrafter",
+    "IntersectionDrafter",
     "LookupConfig",
     "ModelDrafter",
     "PromptLookupDrafter",
@@ -45,13 +48,18 @@ def make_drafter(
     eos_token_ids: tuple[int, ...],
     lookup: LookupConfig | None = None,
     texts: tuple[Any, Any] | None = None,
+    cross_tokenizer: str | None = "string",
 ) -> Drafter | None:
     """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
     config), both (the hybrid), or None (the target alone). With `texts`, the target's and
-    the draft's tokenizers, the draft model drafts through text."""
+    the draft's tokenizers, the draft model drafts through text (`cross_tokenizer`
+    "string") or over the tokens both share ("intersection")."""
     if texts is not None and draft is not None:
-        eos = draft_eos_ids(texts[1], draft)
-        return CrossTokenizerDrafter(draft, texts[0], texts[1], eos)
+        draft_eos = draft_eos_ids(texts[1], draft)
+        if cross_tokenizer == "intersection":
+            shared = shared_vocabulary(*texts, vocab_size, (eos_token_ids, draft_eos))
+            return IntersectionDrafter(draft, texts[0], texts[1], shared, draft_eos)
+        return CrossTokenizerDrafter(draft, texts[0], texts[1], draft_eos)
     model = ModelDrafter(draft) if draft is not None else None
     if lookup is None:
         return model

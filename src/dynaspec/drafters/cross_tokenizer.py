@@ -25,9 +25,10 @@ transformers' universal assisted generation (UAG) does:
 Lossless: the target checks every proposed token with the usual acceptance rule, so the
 output is the target's own whatever the draft proposes; only acceptance depends on the text
 round trip. Greedy only (`probs=None`): speculative sampling needs the draft's distribution
-over target tokens (token-level intersection, not built yet). A proposed target token's
-confidence is the product of the draft's probabilities of the drafted tokens whose text
-overlaps its own (1.0 when the target's tokenizer gives no character offsets).
+over target tokens, which drafters/intersection.py gives over the tokens both share. A
+proposed target token's confidence is the product of the draft's probabilities of the
+drafted tokens whose text overlaps its own (1.0 when the target's tokenizer gives no
+character offsets).
 """
 
 from __future__ import annotations
@@ -274,18 +275,13 @@ class CrossTokenizerDrafter:
     ) -> Proposal:
         if sampler.config.do_sample:
             raise UnsupportedOptionError(
-                "a draft with another tokenizer drafts greedily only for now: pass "
-                "do_sample=False, or a draft that shares the target's tokenizer"
+                "a draft with another tokenizer drafting through text is greedy only: pass "
+                "do_sample=False, or draft over the shared tokens (IntersectionDrafter)"
             )
         started = device_clock(self.device)
-        self._sync(tokens)
-        lookahead = self._room(plan.model)
-        if not self.ids or lookahead <= 0:
+        lookahead, pending = self._resume(tokens, plan.model)
+        if lookahead <= 0:
             return Proposal(tokens.new_empty(0), None, (), draft_time_s=0.0)
-        agreed = self._agreed()
-        self.model.crop(agreed)
-        del self.cached[agreed:]
-        pending = self.ids[agreed:]
         drafted, confidences, reason = self._draft(pending, lookahead, stopper, tokens.numel())
         ended = reason == StopReason.EOS
         text, spans, complete = self._drafted_text(drafted[:-1] if ended else drafted)
@@ -312,6 +308,19 @@ class CrossTokenizerDrafter:
         if num_committed < len(self.target_ids):
             del self.target_ids[num_committed:]
             self.committed.rollback(num_committed)
+
+    def _resume(self, tokens: torch.Tensor, lookahead: int) -> tuple[int, list[int]]:
+        """Before drafting: the draft's tokens brought up to the committed `tokens`, its
+        cache cropped to what still agrees. Returns the draft tokens that fit (0: draft
+        nothing) and the draft tokens to feed first."""
+        self._sync(tokens)
+        lookahead = self._room(lookahead)
+        if not self.ids or lookahead <= 0:
+            return 0, []
+        agreed = self._agreed()
+        self.model.crop(agreed)
+        del self.cached[agreed:]
+        return lookahead, self.ids[agreed:]
 
     # ---- committed text -> the draft's tokens ----------------------------------------------
     def _sync(self, tokens: torch.Tensor) -> None:

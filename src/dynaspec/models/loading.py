@@ -536,8 +536,8 @@ def _load_named_models(
         if not other_tokenizer:
             own_words = "or let the draft keep its own tokenizer"
             raise IncompatibleModelsError(
-                f"{error}; {own_words}: other_tokenizer=True (greedy only)",
-                cli_message=f"{error}; {own_words}: pass --cross-tokenizer (greedy only)",
+                f"{error}; {own_words}: other_tokenizer=True",
+                cli_message=f"{error}; {own_words}: pass --cross-tokenizer",
             ) from error
         own = draft_tokenizer
     draft_model = make_fast(draft_model, **draft_fast, release=True)
