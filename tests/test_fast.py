@@ -233,13 +233,39 @@ def test_released_weights_are_freed_and_the_adapter_still_decodes_the_same(quant
     assert torch.equal(dynaspec.generate(released, None, prompt, max_new_tokens=8).sequences, want)
 
 
-def test_release_keeps_weights_the_adapter_computes_from() -> None:
-    """Without a copy (float32, no prepacking) the adapter runs the model's own weights:
-    nothing is freed."""
+def test_release_keeps_weights_the_adapter_computes_from(monkeypatch) -> None:
+    """Without a copy (a CPU whose oneDNN cannot prepack the dtype) the adapter runs the
+    model's own weights: nothing is freed. With one (float32 prepacked), all are."""
+    from dynaspec.backends import quant
+
     owned, _ = pair()
-    make_fast(owned, static=True, release=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(quant, "can_prepack", lambda weight: False)
+        make_fast(owned, static=True, release=True)
     linears = [m for m in owned.model.layers.modules() if isinstance(m, torch.nn.Linear)]
     assert all(m.weight.numel() > 0 for m in linears)
+    packed, _ = pair()
+    make_fast(packed, static=True, release=True)
+    linears = [m for m in packed.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.numel() == 0 for m in linears)
+
+
+def test_float32_prepacked_rows_are_the_one_token_rows() -> None:
+    """A float32 weight is reordered for no batch size: on an AVX2 CPU each row of a
+    many-token product is bitwise the one-token product (a verification sees exactly the
+    logits a step would); elsewhere (other oneDNN kernels) the rows agree to rounding."""
+    from dynaspec.backends.quant import PackedLinear
+
+    layer = torch.nn.Linear(96, 160)
+    packed = PackedLinear(layer)
+    assert packed.dense.packed  # float32 is prepacked on every CPU with oneDNN
+    rows = torch.randn(9, 96)
+    together = packed(rows)
+    alone = torch.cat([packed(rows[i : i + 1]) for i in range(9)])
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert torch.equal(together, alone)
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(together, layer(rows), rtol=1e-5, atol=1e-5)
 
 
 def test_unsupported_architecture_and_options() -> None:
