@@ -554,3 +554,13 @@ def test_cli_samples_over_the_shared_tokens(cross_folders, capsys):
     alone = ["generate", "--pair", "tiny", "--cross-tokenizer-method", "string", "x"]
     assert cli.main(alone) == 2
     assert "add it" in capsys.readouterr().err
+
+
+def test_a_tokenizer_that_does_not_give_back_its_text_is_named() -> None:
+    from tokenizers import normalizers
+
+    lower = Tokenizer.from_str(bpe_tokenizer().backend_tokenizer.to_str())
+    lower.normalizer = normalizers.Lowercase()
+    lowering = PreTrainedTokenizerFast(tokenizer_object=lower, eos_token="</s>")
+    with pytest.raises(IncompatibleModelsError, match="assistant_tokenizer= does not give back"):
+        dynaspec.generate(**pair(tokenizer=bytes_tokenizer(), assistant_tokenizer=lowering))

@@ -262,12 +262,13 @@ def test_models_report(tmp_path):
     (folder / model_cache.MARKER_NAME).write_text("{}")
     report = loading.models_report(cache_dir=tmp_path)
     lines = report.splitlines()
-    header = ["name", "role", "params", "download", "converted", "installed", "cached"]
+    header = ["name", "role", "tokenizer", "params", "download", "converted", "installed", "cached"]
     assert lines[0].split() == header
     for name in model_presets():
         assert any(line.startswith(name + " ") for line in lines)
     smol_line = next(line for line in lines if line.startswith("smollm2-135m "))
     assert smol_line.endswith("bfloat16") and "135M" in smol_line and "98 MB" in smol_line
+    assert "smollm2 (49,152)" in smol_line and "--cross-tokenizer" in report
     # converted: the parameters in this machine's dtype (2 or 4 bytes each), said below
     itemsize = machine_dtype().dtype.itemsize
     assert f" {smollm2.num_parameters * itemsize / 1e6:.0f} MB " in smol_line

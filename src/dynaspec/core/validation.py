@@ -89,7 +89,7 @@ def check_pair(target: ModelAdapter, draft: ModelAdapter | None) -> None:
     if target.vocab_size != draft.vocab_size:
         raise IncompatibleModelsError(
             f"draft vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}: "
-            "the draft does not share the target's tokenizer; to draft through text pass both "
+            "the draft does not share the target's tokenizer; to draft with it anyway pass both "
             "tokenizers, tokenizer=<the target's> and assistant_tokenizer=<the draft's>, "
             "or pick a draft from the same model family"
         )
@@ -120,7 +120,27 @@ def text_pair(
             "a draft with another tokenizer pairs decoder-only models for now: pick a draft "
             "that shares the encoder-decoder target's tokenizer"
         )
+    _check_round_trip("tokenizer", tokenizer)
+    _check_round_trip("assistant_tokenizer", assistant_tokenizer)
     return tokenizer, assistant_tokenizer
+
+
+ROUND_TRIP_TEXT = "The quick brown fox, naïve café."  # capitals, accents, punctuation
+
+
+def _check_round_trip(name: str, tokenizer: Any) -> None:
+    """IncompatibleModelsError for a tokenizer whose decode does not give back the text it
+    encoded (lowercasing, accents stripped, unknown characters): text passes between the
+    two vocabularies, so it must survive a round trip through each."""
+    ids = tokenizer.encode(ROUND_TRIP_TEXT, add_special_tokens=False)
+    back = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    if back.strip() != ROUND_TRIP_TEXT:
+        raise IncompatibleModelsError(
+            f"{name}= does not give back the text it encodes ({ROUND_TRIP_TEXT!r} comes back "
+            f"as {back!r}): a draft with another tokenizer passes text between the two, so "
+            "both must decode what they encode (no lowercasing, accent stripping or unknown "
+            "tokens); pick a draft whose tokenizer does, or one that shares the target's"
+        )
 
 
 def _check_tokenizer(name: str, tokenizer: Any, model: ModelAdapter, whose: str) -> None:

@@ -217,9 +217,11 @@ class HFPeer:
         pad_token_id: int | None,
         assist: HFAssistConfig | None = None,
         prompt_lookup_num_tokens: int | None = None,
+        tokenizers: tuple[Any, Any] | None = None,
     ) -> HFResult:
         """Greedy `target.generate`, assisted by the draft with schedule `assist` if given,
-        or by prompt lookup with `prompt_lookup_num_tokens`."""
+        or by prompt lookup with `prompt_lookup_num_tokens`. `tokenizers`: the target's and
+        the draft's, for a draft of another vocabulary (universal assisted generation)."""
         if assist is not None and self.draft is None:
             raise ValueError("an assisted configuration needs a draft model")
         kwargs: dict[str, Any] = dict(NEUTRAL_GREEDY_KWARGS)
@@ -236,6 +238,8 @@ class HFPeer:
         if assist is not None:
             self._reset_draft_config(assist)
             kwargs["assistant_model"] = self.draft
+            if tokenizers is not None:
+                kwargs["tokenizer"], kwargs["assistant_tokenizer"] = tokenizers
             hooks.append(self.draft.register_forward_pre_hook(draft_log, with_kwargs=True))
         tuning = assist is None or assist.tune_threshold
         try:

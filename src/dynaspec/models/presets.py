@@ -43,6 +43,9 @@ class ModelPreset:
     # Empty keeps what the GGUF says (a single eos id).
     eos_token_ids: tuple[int, ...] = ()
     aliases: tuple[str, ...] = ()  # other names accepted by load_model(), lowercase
+    # The tokenizer family and the model's logit rows: presets of one family pair directly,
+    # others only as a draft with another tokenizer (--cross-tokenizer).
+    tokenizer: str = ""
 
     @property
     def size(self) -> int:
@@ -101,6 +104,7 @@ def _qwen_coder_1_5b() -> ModelPreset:
         ),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         eos_token_ids=(151645, 151643),  # <|im_end|>, <|endoftext|>, as upstream
+        tokenizer="qwen2.5 (151,936)",
         aliases=("qwen2.5-coder-1.5b-instruct",),
     )
 
@@ -125,6 +129,7 @@ def _qwen_coder_0_5b() -> ModelPreset:
         ),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         eos_token_ids=(151645, 151643),  # <|im_end|>, <|endoftext|>, as upstream
+        tokenizer="qwen2.5 (151,936)",
         aliases=("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-awq"),
     )
 
@@ -148,6 +153,7 @@ def _smollm2_135m() -> ModelPreset:
             ),
         ),
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        tokenizer="smollm2 (49,152)",
         aliases=("smollm2-135m-instruct", "smollm2"),
     )
 
@@ -171,6 +177,7 @@ def _gemma3_270m() -> ModelPreset:
             (full,) * (count - 1) + (last,),
         ),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        tokenizer="gemma3 (262,144)",
         aliases=("gemma-3-270m",),
     )
 

@@ -24,7 +24,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     converted in the machine's dtype, installed?, cached?"""
     root = model_cache.resolve_cache_dir(cache_dir)
     dtype = machine_dtype().dtype
-    header = ("name", "role", "params", "download", "converted", "installed", "cached")
+    header = ("name", "role", "tokenizer", "params", "download", "converted", "installed", "cached")
     rows: list[tuple[str, ...]] = [header]
     missing_lines: list[str] = []
     for preset in model_presets().values():
@@ -42,6 +42,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
             (
                 preset.name,
                 preset.role,
+                preset.tokenizer,
                 _format_count(preset.num_parameters),
                 _format_bytes(preset.size),
                 _format_bytes(preset.num_parameters * dtype.itemsize),
@@ -54,6 +55,10 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+    lines.append(
+        "tokenizer: its family and the model's vocabulary rows; a draft of the target's family "
+        "pairs directly, any other with --cross-tokenizer (assistant_tokenizer=)"
+    )
     lines.append(
         "download: the model packages (a quantized GGUF); converted: the transformers "
         f"folder made from it on first use, in this machine's dtype "
