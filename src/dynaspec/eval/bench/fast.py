@@ -11,6 +11,9 @@ target, so its output is compared with that target's own output (`reference`):
     int8-adaptive    int8 target + int8 draft, adaptive        vs int8-target
     fast-adaptive-int4, int8-adaptive-int4: the same with an int4 draft (half the draft's cost)
     fast-hybrid      bf16 static target + int8 draft + prompt lookup, adaptive  vs static-target
+    static-adaptive  static target + static draft, both prepacked in the model's dtype (no
+                     quantization: float32 on an AVX2-only CPU), adaptive    vs static-target
+    static-hybrid    the same + prompt lookup                               vs static-target
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
@@ -66,6 +69,10 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
         ),
+        # Both models prepacked in the model's dtype: on an AVX2-only CPU (float32) torch's
+        # int8/int4 kernels cost more per token than float32 itself.
+        FastMethod("static-adaptive", "bf16", "bf16", "static-target", "static target and draft"),
+        FastMethod("static-hybrid", "bf16", "bf16", "static-target", "static both + lookup", True),
     )
 }
 
