@@ -67,7 +67,7 @@ def test_the_first_line_confirms_the_fast_path_flags(capsys) -> None:
     assert out.splitlines()[0].endswith(
         "; fast path: target static KV cache; draft static KV cache + int8 weights"
     )
-    assert "\n[target alone, static KV cache] " in out  # float32: nothing to prepack
+    assert "\n[target alone, static KV cache + prepacked float32 weights] " in out
     assert "--compare: decoding the same 4 tokens with the target alone, timed" in err
     out, _ = run_cli(capsys, *argv)
     assert "fast path" not in out.splitlines()[0]

@@ -54,7 +54,7 @@ class FastConfig:
     quantize: str | None = None  # None, "int8" or "int4": weight-only quantization
     compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
     buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
-    prepack: bool = False  # bf16 on CPU: weights prepacked for oneDNN (a copy of each)
+    prepack: bool = False  # bf16/float32 on CPU: weights prepacked for oneDNN (a copy of each)
     pad_to_buckets: bool | None = None  # pad forwards to a bucket (None: when compiled)
     dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
 
@@ -253,8 +253,8 @@ def make_fast(
 ) -> Any:
     """`model` itself when no option is set, else a `StaticAdapter` that owns its weights.
 
-    static: a static KV cache with bf16 weights prepacked for oneDNN (on CPU the fastest
-    unquantized path measured); compile: torch.compile the forwards (the model's own bf16
+    static: a static KV cache with bf16 or float32 weights prepacked for oneDNN (on CPU the
+    fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
     weights: prepacked ones do not trace); quantize: "int8" or "int4". `draft`: the model
     only drafts, so int8 keeps no dense codes for verification (they cost 2 bytes a weight).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that

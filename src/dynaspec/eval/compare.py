@@ -83,8 +83,12 @@ def backend_words(model: Any) -> str:
         words.append("torch.compile")
     if fast.quantize:
         words.append(f"{fast.quantize} weights")
-    elif any(isinstance(module, PackedLinear) for module in decoder.modules()):
-        words.append("prepacked bf16 weights")
+    else:
+        packed = [m for m in decoder.modules() if isinstance(m, PackedLinear) and m.dense.packed]
+        if packed:
+            dtype = packed[0].dense.weight.dtype  # torch.float32 -> "float32"
+            name = "bf16" if dtype == torch.bfloat16 else str(dtype).removeprefix("torch.")
+            words.append(f"prepacked {name} weights")
     return " + ".join(words)
 
 
