@@ -10,13 +10,15 @@ EOS stands for the target's first EOS.
 
 The map is injective both ways, so the draft's distribution restricted to the shared tokens
 is, token for token, a distribution over target tokens (see drafters/intersection.py).
-Building it decodes every token of both tokenizers once (about a second for 150,000 tokens);
-the result is kept for the last few tokenizer pairs.
+Building it decodes every token of both tokenizers once (about 2.7 s for Qwen's 151,936);
+the texts and the map are kept for the last few tokenizers and pairs, so a second call of
+generate() with the same pair builds nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -24,8 +26,7 @@ import torch
 from dynaspec.errors import IncompatibleModelsError
 
 REPLACEMENT = "\ufffd"  # what decoding makes of part of a character
-_KEPT = 4  # tokenizer pairs whose texts are kept
-_TEXTS: dict[int, tuple[Any, dict[str, int]]] = {}  # id(tokenizer) -> (it, text -> id)
+_KEPT = 4  # tokenizers (and tokenizer pairs) whose texts (and maps) are kept
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,10 @@ class SharedVocabulary:
         )
 
 
+@lru_cache(maxsize=_KEPT)
 def token_texts(tokenizer: Any) -> dict[str, int]:
     """Each ordinary token's text, as it reads inside a text -> its lowest id (kept for the
-    last few tokenizers)."""
-    held = _TEXTS.get(id(tokenizer))
-    if held is not None and held[0] is tokenizer:
-        return held[1]
+    last few tokenizers; callers must not change it)."""
     special = set(getattr(tokenizer, "all_special_ids", ()))
     decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     special |= {i for i, added in decoder.items() if getattr(added, "special", False)}
@@ -78,9 +77,6 @@ def token_texts(tokenizer: Any) -> dict[str, int]:
         piece = text[len(base) :] if text.startswith(base) else ""
         if piece and REPLACEMENT not in piece:
             texts.setdefault(piece, token)
-    while len(_TEXTS) >= _KEPT:
-        del _TEXTS[next(iter(_TEXTS))]
-    _TEXTS[id(tokenizer)] = (tokenizer, texts)
     return texts
 
 
@@ -90,15 +86,16 @@ def _decode(tokenizer: Any, batch: list[list[int]]) -> list[str]:
     )
 
 
+@lru_cache(maxsize=_KEPT)
 def shared_vocabulary(
     target_tokenizer: Any,
     draft_tokenizer: Any,
     target_size: int,
     eos: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
 ) -> SharedVocabulary:
-    """The tokens both tokenizers have (`eos`: the target's and the draft's EOS ids; the
-    draft's first stands for the target's first). IncompatibleModelsError when they share
-    no token."""
+    """The tokens both tokenizers have (`eos`: the target's and the draft's EOS ids, tuples;
+    the draft's first stands for the target's first). IncompatibleModelsError when they
+    share no token. Kept for the last few pairs (its tensors are never written)."""
     target_texts, draft_texts = token_texts(target_tokenizer), token_texts(draft_tokenizer)
     pairs = sorted(
         (draft_id, target_texts[text])

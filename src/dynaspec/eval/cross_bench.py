@@ -99,14 +99,19 @@ class Pair:
         }
 
     def _run_hf(self, ids: torch.Tensor, new_tokens: int) -> dict[str, Any]:
+        from dynaspec.core.settings import pad_token_id
+        from dynaspec.core.validation import eos_ids
         from dynaspec.eval.hf_peer import HF_DYNAMIC
 
-        tokenizer = self.tokenizers[0]
+        eos = self.target.generation_config.eos_token_id  # what dynaspec's methods stop at
+        pad = pad_token_id(
+            self.target, tokenizer=self.tokenizers[0], eos_token_ids=eos_ids(eos, self.target)
+        )
         result = self.peer.generate(
             ids,
             max_new_tokens=new_tokens,
-            eos_token_id=self.target.generation_config.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            eos_token_id=eos,
+            pad_token_id=pad,
             assist=HF_DYNAMIC,
             tokenizers=self.tokenizers,
         )
