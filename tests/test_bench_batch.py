@@ -28,7 +28,7 @@ def test_smoke_run_writes_a_record_per_method_and_batch(tmp_path: Path, capsys) 
     assert all(r["same_as_hf"] for r in records if r["method"] != "hf-target")
     assert all(r["run"]["machine"]["cpu_model"] for r in records)  # the CPU is named
     table = (tmp_path / "batch.md").read_text()
-    assert "| adaptive |" in table and "batch 2 tok/s" in table
+    assert "| adaptive |" in table and "| static-hybrid |" in table and "batch 2 tok/s" in table
     assert table.strip() in capsys.readouterr().out
 
 

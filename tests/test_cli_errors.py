@@ -279,3 +279,10 @@ def test_first_line_names_pair_schedule_and_dtype(capsys) -> None:
         "dynaspec: pair tiny; speculative, schedule adaptive; dtype float32 (the built-in "
         "tiny pair is float32)"
     )
+
+
+def test_serve_refuses_compile_and_names_the_flags_that_batch(capsys) -> None:
+    code, _, err = run_cli(capsys, "serve", "--pair", "tiny", "--static", "--compile")
+    assert code == 2 and err.startswith("usage: dynaspec serve")
+    line = err.strip().splitlines()[-1]
+    assert "drop --compile" in line and "--static" in line

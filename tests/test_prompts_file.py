@@ -33,6 +33,9 @@ def test_batched_lines_are_each_prompts_own_output(tmp_path: Path, capsys) -> No
     ]
     assert [r["tokens"] for r in batched] == [r["tokens"] for r in alone]
     assert all(r["stats"]["new_tokens"] == len(r["tokens"]) == 10 for r in batched)
+    assert main([*common, "--batch-size", "3", "--static"]) == 0  # the fast path batches too
+    fast = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["tokens"] for r in fast] == [r["tokens"] for r in alone]
 
 
 def test_left_padding() -> None:
@@ -60,6 +63,7 @@ def test_bad_prompts_files(tmp_path: Path, text: str, words: str) -> None:
         (["--prompts-file", "PATH", "--compare"], "--compare"),
         (["--prompts-file", "nowhere.txt"], "no such file"),
         (["--prompts-file", "PATH", "--batch-size", "0"], "--batch-size"),
+        (["--prompts-file", "PATH", "--batch-size", "2", "--compile"], "drop it"),
     ],
 )
 def test_flags_are_checked_before_the_models_load(tmp_path: Path, capsys, extra, words) -> None:

@@ -188,3 +188,25 @@ def test_models_health_and_metrics(server) -> None:
         "dynaspec_request_tokens_per_second_bucket",
     ):
         assert series in text, series
+
+
+def test_the_fast_path_serves_in_batches_with_each_prompts_output(models) -> None:
+    """`dynaspec serve --static`: static target and draft under concurrency (rows join in
+    chunks and leave): every text equals its prompt's alone with the transformers models."""
+    from dynaspec.backends import make_fast
+
+    target, draft, tokenizer = models
+    fast_target, fast_draft = make_fast(target, static=True), make_fast(draft, static=True)
+    jobs = [(prompt * 3, new) for prompt in PROMPTS for new in (8, 20)]
+    settings = {"max_batch": 3, "prefill_chunk": 8}
+    with (
+        running_server(fast_target, fast_draft, tokenizer, prompt_lookup=8, **settings) as (
+            url,
+            _,
+        ),
+        concurrent.futures.ThreadPoolExecutor(6) as pool,
+    ):
+        texts = list(pool.map(lambda job: chat(url, job[0], max_tokens=job[1]), jobs))
+    for (prompt, new), text in zip(jobs, texts, strict=True):
+        want = alone_text(target, draft, tokenizer, prompt, new)
+        assert text.choices[0].message.content == want, (prompt, new)

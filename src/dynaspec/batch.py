@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 
-from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.backends.static import StaticAdapter
+from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.core.batch_loop import Row, decode_batch
 from dynaspec.core.config import SamplingConfig, SpecConfig
 from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
-from dynaspec.core.protocols import BatchPolicy
+from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.settings import pad_token_id, resolve_settings
 from dynaspec.core.sharing import outside_inference_mode
@@ -71,8 +72,8 @@ def generate_batch(
     started = time.time()
     _refuse(target, draft, options)
     ids, mask = check_batch(input_ids, attention_mask, kwargs.get("pad_token_id"))
-    target_batch = HFBatchAdapter(target)
-    draft_batch = HFBatchAdapter(draft) if draft is not None else None
+    target_batch = batch_adapter(target)
+    draft_batch = batch_adapter(draft) if draft is not None else None
     settings = resolve_settings(
         kwargs,
         target,
@@ -129,10 +130,11 @@ def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
             "pass num_assistant_tokens_schedule= (each row gets a fresh policy)" + one_at_a_time
         )
     for model in (target, draft):
-        if model is not None and not (hasattr(model, "config") and callable(model)):
+        fast = isinstance(model, StaticAdapter)
+        if model is not None and not fast and not (hasattr(model, "config") and callable(model)):
             raise UnsupportedOptionError(
                 f"a {type(model).__name__} decodes one sequence: batches need transformers "
-                "models (load without static=/compile=/quantize=)" + one_at_a_time
+                "models or the fast path's static adapters (static=True)" + one_at_a_time
             )
 
 
@@ -145,7 +147,7 @@ def _refuse_outputs(outputs: Any, call: dict[str, Any]) -> None:
         )
 
 
-def check_batch_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> None:
+def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None) -> None:
     """IncompatibleModelsError when the draft's vocabulary is another than the target's."""
     if draft is not None and draft.vocab_size != target.vocab_size:
         raise IncompatibleModelsError(
@@ -155,7 +157,7 @@ def check_batch_pair(target: HFBatchAdapter, draft: HFBatchAdapter | None) -> No
 
 
 def batch_drafter(
-    draft: HFBatchAdapter | None,
+    draft: BatchModelAdapter | None,
     lookup: Any,
     vocab_size: int,
     eos_token_ids: tuple[int, ...],

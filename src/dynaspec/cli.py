@@ -263,6 +263,11 @@ def _check_prompts_file(
         parser.error("give a prompt or --prompts-file, not both")
     if args.compare:
         parser.error("--compare times one prompt: drop it with --prompts-file")
+    if args.compile and args.batch_size > 1:
+        parser.error(
+            "--compile decodes one prompt at a time: drop it with --batch-size above 1 "
+            "(--static and --quantize run in batches)"
+        )
     if not Path(args.prompts_file).is_file():
         parser.error(f"--prompts-file {args.prompts_file}: no such file")
 

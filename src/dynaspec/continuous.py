@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
 from dynaspec.core.batch_loop import Row, batch_round
 from dynaspec.core.config import SpecConfig
@@ -70,8 +70,8 @@ class ContinuousBatch:
         max_matching_ngram_size: int | None = None,
     ) -> None:
         self.model = target
-        self.target = HFBatchAdapter(target)
-        draft_batch = HFBatchAdapter(draft) if draft is not None else None
+        self.target = batch_adapter(target)
+        draft_batch = batch_adapter(draft) if draft is not None else None
         check_batch_pair(self.target, draft_batch)
         lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
         # prompt lookup never copies past the target's EOS ids

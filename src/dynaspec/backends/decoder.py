@@ -58,14 +58,14 @@ def check_supported(
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of (1, heads, n, d) `x` with (n, d) tables (halves layout)."""
+    """Rotary embedding of (B, heads, n, d) `x` with (B, 1, n, d) tables (halves layout)."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
 
 
 class StaticAttention(nn.Module):
-    """Self-attention that writes into and reads from preallocated (1, kv_heads, L, d) caches."""
+    """Self-attention that writes into and reads from preallocated (B, kv_heads, L, d) caches."""
 
     def __init__(self, attention: nn.Module, config: Any, linear: LinearMaker) -> None:
         super().__init__()
@@ -80,49 +80,57 @@ class StaticAttention(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,  # (1, n, H)
-        cos: torch.Tensor,  # (n, d)
-        sin: torch.Tensor,  # (n, d)
-        mask: torch.Tensor,  # (n, A) bool: may token i attend to cache slot j (A <= L)
-        positions: torch.Tensor,  # (n,) cache slots of the fed tokens
-        key_cache: torch.Tensor,  # (1, kv_heads, L, d), written in place
-        value_cache: torch.Tensor,  # (1, kv_heads, L, d), written in place
+        x: torch.Tensor,  # (B, n, H)
+        cos: torch.Tensor,  # (B, n, d)
+        sin: torch.Tensor,  # (B, n, d)
+        mask: torch.Tensor,  # (B, n, A) bool: may row b's token i attend to slot j (A <= L)
+        positions: torch.Tensor,  # (B, n) cache slots of the fed tokens, per row
+        key_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
+        value_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
     ) -> torch.Tensor:
-        n = x.shape[1]
-        query = self.q_proj(x).view(1, n, self.num_heads, self.head_dim).transpose(1, 2)
-        key = self.k_proj(x).view(1, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        value = self.v_proj(x).view(1, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        rows, n = x.shape[0], x.shape[1]
+        query = self.q_proj(x).view(rows, n, self.num_heads, self.head_dim).transpose(1, 2)
+        key = self.k_proj(x).view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        value = self.v_proj(x).view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, n, d): the same for every head
         query, key = rotate(query, cos, sin), rotate(key, cos, sin)
-        key_cache.index_copy_(2, positions, key)
-        value_cache.index_copy_(2, positions, value)
+        if rows == 1:  # one sequence: its slots along the cache's length
+            key_cache.index_copy_(2, positions[0], key)
+            value_cache.index_copy_(2, positions[0], value)
+        else:  # each row its own slots
+            slots = positions[:, None, :, None].expand(-1, self.num_kv_heads, -1, self.head_dim)
+            key_cache.scatter_(2, slots, key)
+            value_cache.scatter_(2, slots, value)
         out = grouped_attention(query, key_cache, value_cache, mask, self.scaling)
-        return self.o_proj(out.transpose(1, 2).reshape(1, n, self.num_heads * self.head_dim))
+        merged = out.transpose(1, 2).reshape(rows, n, self.num_heads * self.head_dim)
+        return self.o_proj(merged)
 
 
 def grouped_attention(
-    query: torch.Tensor,  # (1, heads, n, d)
-    key_cache: torch.Tensor,  # (1, kv_heads, L, d)
-    value_cache: torch.Tensor,  # (1, kv_heads, L, d)
-    mask: torch.Tensor,  # (n, A) bool, A <= L: the first A slots may be attended
+    query: torch.Tensor,  # (B, heads, n, d)
+    key_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    value_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    mask: torch.Tensor,  # (B, n, A) bool, A <= L: the first A slots may be attended
     scaling: float,
 ) -> torch.Tensor:
     """Softmax attention (in float32, as transformers' eager attention) of each query head
-    over its key/value head, without copying the cache per query head; (1, heads, n, d).
+    over its key/value head, without copying the cache per query head; (B, heads, n, d).
 
     The queries of the heads that share a key/value head are stacked into one matrix: on a
     CPU this is several times faster than torch's scaled_dot_product_attention for one or a
     few queries (measured: 100 vs 404 us for 1 query over 256 slots, 14 heads, d = 64).
     """
-    _, heads, n, dim = query.shape
+    rows, heads, n, dim = query.shape
     kv_heads = key_cache.shape[1]
     groups = heads // kv_heads
     attend = mask.shape[-1]
     keys, values = key_cache[:, :, :attend], value_cache[:, :, :attend]
-    stacked = query.reshape(1, kv_heads, groups * n, dim)  # heads of a group, then tokens
-    scores = (stacked @ keys.transpose(-1, -2)).float() * scaling  # (1, kv, g * n, A)
-    scores = scores.view(1, kv_heads, groups, n, attend).masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1).to(query.dtype).view(1, kv_heads, groups * n, attend)
-    return (weights @ values).view(1, heads, n, dim)
+    stacked = query.reshape(rows, kv_heads, groups * n, dim)  # heads of a group, then tokens
+    scores = (stacked @ keys.transpose(-1, -2)).float() * scaling  # (B, kv, g * n, A)
+    hidden = ~mask[:, None, None]  # (B, 1, 1, n, A)
+    scores = scores.view(rows, kv_heads, groups, n, attend).masked_fill(hidden, float("-inf"))
+    weights = scores.softmax(dim=-1).to(query.dtype).view(rows, kv_heads, groups * n, attend)
+    return (weights @ values).view(rows, heads, n, dim)
 
 
 class StaticBlock(nn.Module):
@@ -216,9 +224,10 @@ class StaticDecoder(nn.Module):
         cos, sin = self.rotary_emb(probe, positions)
         return cos[0], sin[0]
 
-    def new_cache(self, length: int) -> list[torch.Tensor]:
-        """Key and value caches for `length` slots: 2 tensors (1, kv_heads, length, d) a layer."""
-        shape = (1, self.num_kv_heads, length, self.head_dim)
+    def new_cache(self, length: int, rows: int = 1) -> list[torch.Tensor]:
+        """Key and value caches for `rows` sequences of `length` slots: 2 tensors
+        (rows, kv_heads, length, d) a layer."""
+        shape = (rows, self.num_kv_heads, length, self.head_dim)
         return [
             torch.zeros(shape, dtype=self.dtype, device=self.device)
             for _ in range(2 * len(self.blocks))
@@ -226,20 +235,20 @@ class StaticDecoder(nn.Module):
 
     def hidden(
         self,
-        input_ids: torch.Tensor,  # (1, n)
-        positions: torch.Tensor,  # (n,)
-        mask: torch.Tensor,  # (n, L)
+        input_ids: torch.Tensor,  # (B, n)
+        positions: torch.Tensor,  # (B, n)
+        mask: torch.Tensor,  # (B, n, A)
         cos: torch.Tensor,  # (L, d)
         sin: torch.Tensor,  # (L, d)
         cache: list[torch.Tensor],
         block_fn: Callable[..., torch.Tensor] = run_block,
     ) -> torch.Tensor:
-        """Final-norm hidden states (n, H) of the fed tokens; writes their keys and values.
+        """Final-norm hidden states (B, n, H) of the fed tokens; writes their keys and values.
 
         `block_fn` runs one block: `run_block`, or a compiled version of it."""
-        x = self.embed_tokens(input_ids)  # (1, n, H)
-        cos, sin = cos[positions], sin[positions]  # (n, d)
+        x = self.embed_tokens(input_ids)  # (B, n, H)
+        cos, sin = cos[positions], sin[positions]  # (B, n, d)
         for index, block in enumerate(self.blocks):
             keys, values = cache[2 * index], cache[2 * index + 1]
             x = block_fn(block, x, cos, sin, mask, positions, keys, values)
-        return self.norm(x)[0]
+        return self.norm(x)

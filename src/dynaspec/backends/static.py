@@ -200,12 +200,12 @@ class StaticAdapter:
         ids = new_tokens.to(self.device).view(1, n)
         if bucket > n:  # pad with copies of the last token; their slots are never attended
             ids = torch.cat([ids, ids[:, -1:].expand(1, bucket - n)], dim=1)
-        positions = torch.arange(start, start + bucket, device=self.device)  # (b,)
+        positions = torch.arange(start, start + bucket, device=self.device)[None]  # (1, b)
         # Slots attended: all of them when compiled (one shape), else only those in use.
         attend = self._capacity if self.fast.compile else _round_up(start + bucket, 64)
         slots = torch.arange(min(attend, self._capacity), device=self.device)  # (A,)
-        mask = slots[None, :] <= positions[:, None]  # (b, A)
-        hidden = self._run(bucket, n, ids, positions, mask)
+        mask = slots <= positions[..., None]  # (1, b, A)
+        hidden = self._run(bucket, n, ids, positions, mask)[0]  # (b, H)
         self.num_cached = start + n
         return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)
 

@@ -12,8 +12,11 @@ from pathlib import Path
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
+    add_fast_arguments,
     add_model_arguments,
     check_model_arguments,
+    describe_fast,
+    fast_options,
     float_in,
     int_at_least,
     load_from_arguments,
@@ -26,6 +29,7 @@ SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")  # the `serve` extr
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, float32_case="the tiny pair")
+    add_fast_arguments(p)
     p.add_argument("--no-draft", action="store_true", help="serve the target alone")
     p.add_argument("--schedule", default=DEFAULT_SCHEDULE, choices=tuple(SCHEDULES))
     p.add_argument("--num-assistant-tokens", type=int_at_least(1), default=20)
@@ -73,6 +77,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_model_arguments(parser, args)
     check_decoding_arguments(parser, args)
+    if args.compile:
+        parser.error(
+            "--compile decodes one sequence at a time and a server batches its requests: "
+            "drop --compile (--static and --quantize run in batches)"
+        )
     if args.host not in LOOPBACK and not args.api_key:
         print(
             f"warning: listening on {args.host} without --api-key: anyone who can reach this "
@@ -132,12 +141,12 @@ def run_serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.default_max_tokens,
         max_tokens_limit=args.max_tokens_limit,
     )
-    target, draft, tokenizer = load_from_arguments(args)
+    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     how = "the target alone" if draft is None else f"speculative, schedule {args.schedule}"
     print(
         f"dynaspec serve: model {config.model_name!r} ({how}) on "
-        f"http://{args.host}:{args.port}/v1; max batch {args.max_batch}",
+        f"http://{args.host}:{args.port}/v1; max batch {args.max_batch}" + describe_fast(args),
         file=sys.stderr,
         flush=True,
     )

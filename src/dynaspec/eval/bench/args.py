@@ -96,7 +96,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZES",
         default=None,
         help="throughput by batch size instead, e.g. 1,2,4,8: every method on the same "
-        "batches (methods: hf-target, target, adaptive, hybrid, prompt-lookup; default all)",
+        "batches (methods: hf-target, target, adaptive, hybrid, prompt-lookup, and the fast "
+        "path's static-target, static-adaptive, static-hybrid (static KV cache, prepacked "
+        "weights; about twice the weights' memory); default all)",
     )
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -344,6 +344,7 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
         parse_batch_sizes,
         run_batch_bench,
     )
+    from dynaspec.eval.bench.fast import FastModels
     from dynaspec.eval.bench.methods import DEFAULT_METHODS
 
     sizes = parse_batch_sizes(args.batch)
@@ -377,6 +378,10 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
         "pad": _pad_id(target, tokenizer) or 0,
         "run": run,
         "warmup": not args.no_warmup,
+        # the static methods' adapters, built on first use (eval/bench/fast.py)
+        "fast": FastModels(
+            target, draft, compile=False, max_length=max(p.shape[1] for p in prompts) + max_new
+        ),
     }
     print(
         f"dynaspec bench --batch: {label}, {len(prompts)} prompts, sizes {sizes}, "

@@ -1,0 +1,217 @@
+"""The fast path over a batch: a static KV cache with a row per sequence and per-row positions.
+
+`StaticBatchAdapter` runs a `StaticAdapter`'s decoder (its prepacked or quantized weights,
+uncompiled) over caches of shape (B, kv_heads, L, d) per layer. Row r holds its sequence's
+real tokens from slot 0 on (its left padding is never written: the first real token has
+position 0, transformers' left-padding convention), and a count per row says how many of its
+sequence's tokens (left padding included) are cached. Rolling a row back moves its count.
+
+A ragged forward feeds every row its own number of tokens: the block is left-aligned, row r's
+n_r tokens at its next slots, the columns past them filled with copies of a token. Those
+copies are written to the slots right after the row's real tokens, where nothing attends to
+them (a token at slot p attends to slots <= p) and the row's next forward overwrites them,
+as the single adapter's bucket padding does (backends/static.py). A row fed nothing this
+forward gets only such copies. Rows join (a prompt prefilled in a cache of its own, `prefill`,
+then copied in as a new row) and leave (their rows dropped) between rounds.
+
+Memory: 2 x layers x kv_heads x head_dim x bytes per cached token and row, for the longest row
+(`bytes_per_token`); the cache grows by `CAPACITY_STEP` slots when a row needs more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.backends.static import CAPACITY_STEP, StaticAdapter
+from dynaspec.errors import UnsupportedOptionError
+
+# Slots attended are rounded up to this, so that attention's shapes repeat.
+_ATTEND_STEP = 64
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+@dataclass
+class RowCache:
+    """A joining row's own cache (one row) while its prompt is prefilled."""
+
+    tensors: list[torch.Tensor]  # per layer key and value, (1, kv_heads, L, d)
+    length: int  # slots filled
+
+
+class StaticBatchAdapter:
+    """`core.protocols.BatchModelAdapter` over a `StaticAdapter`'s weights."""
+
+    def __init__(self, fast: StaticAdapter) -> None:
+        if fast.fast.compile:
+            raise UnsupportedOptionError(
+                "a compiled model (compile=True) decodes one sequence: batches run the fast "
+                "path uncompiled; load it with static=True (and quantize=) but without "
+                "compile=True, or call generate() once per prompt",
+                cli_message="--compile decodes one prompt at a time: drop it for batches "
+                "(--static and --quantize run in batches)",
+            )
+        self.fast = fast
+        self.decoder = fast.decoder
+        self.vocab_size = fast.vocab_size
+        self.max_length = fast.max_length
+        self.device = fast.device
+        self.cache: list[torch.Tensor] = []  # per layer key and value, (B, kv_heads, L, d)
+        self.capacity = 0
+        self.lengths: list[int] = []  # per row: sequence tokens cached (left padding included)
+        self.num_pads: list[int] = []  # per row: left padding at the start of its sequence
+        self._cos = self._sin = torch.empty(0)
+
+    def __repr__(self) -> str:
+        return f"StaticBatchAdapter({self.fast!r})"
+
+    @property
+    def num_cached(self) -> list[int]:
+        """Per row: how many tokens of its sequence (left padding included) are cached."""
+        return list(self.lengths)
+
+    def bytes_per_token(self) -> int:
+        """Cache bytes one cached token of one row takes (keys and values, every layer)."""
+        decoder = self.decoder
+        element = torch.empty(0, dtype=decoder.dtype).element_size()
+        return 2 * len(decoder.blocks) * decoder.num_kv_heads * decoder.head_dim * element
+
+    def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
+        rows = input_ids.shape[0]
+        self.num_pads = [int((row == 0).sum()) for row in attention_mask]
+        self.lengths = [0] * rows
+        longest = max(input_ids.shape[1] - pads for pads in self.num_pads)
+        self.cache, self.capacity = [], 0
+        self._reserve(rows, longest + CAPACITY_STEP)
+
+    def _reserve(self, rows: int, slots: int) -> None:
+        """Make the cache hold `rows` rows of at least `slots` slots, keeping what it holds."""
+        old = self.cache
+        kept = old[0].shape[0] if old else 0
+        if old and rows == kept and slots <= self.capacity:
+            return
+        capacity = max(self.capacity, _round_up(max(slots, 1), CAPACITY_STEP))
+        with torch.inference_mode():
+            self.cache = self.decoder.new_cache(capacity, rows)
+            common = min(rows, kept)
+            for new, tensor in zip(self.cache, old, strict=False):
+                new[:common, :, : self.capacity] = tensor[:common]
+            if capacity != self.capacity:
+                self._cos, self._sin = self.decoder.rope_tables(capacity)
+        self.capacity = capacity
+
+    def _starts(self) -> list[int]:
+        """Per row: real (non-padding) tokens cached, i.e. its next slot."""
+        pairs = zip(self.lengths, self.num_pads, strict=True)
+        return [max(0, length - pads) for length, pads in pairs]
+
+    @torch.inference_mode()
+    def forward(
+        self, new_tokens: Sequence[torch.Tensor], num_logits: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """Appends new_tokens[row] (n_row,) to each row's sequence in one forward; returns
+        per row its last num_logits[row] rows of logits (num_logits[row], V)."""
+        real = [
+            tokens[max(0, pads - length) :].to(self.device)  # left padding is not written
+            for tokens, length, pads in zip(new_tokens, self.lengths, self.num_pads, strict=True)
+        ]
+        starts = self._starts()
+        for row, tokens in enumerate(new_tokens):
+            self.lengths[row] += tokens.numel()
+        width = max(tokens.numel() for tokens in real)
+        if width == 0:
+            return [torch.empty(0, self.vocab_size, device=self.device) for _ in new_tokens]
+        rows = len(real)
+        self._reserve(rows, max(starts) + width)
+        ids = torch.zeros(rows, width, dtype=torch.long, device=self.device)
+        for row, tokens in enumerate(real):
+            ids[row, : tokens.numel()] = tokens
+            if 0 < tokens.numel() < width:  # copies of its last token, never attended
+                ids[row, tokens.numel() :] = tokens[-1]
+        first = torch.tensor(starts, device=self.device)[:, None]  # (B, 1)
+        positions = first + torch.arange(width, device=self.device)  # (B, W)
+        attend = min(_round_up(max(starts) + width, _ATTEND_STEP), self.capacity)
+        slots = torch.arange(attend, device=self.device)  # (A,)
+        mask = slots <= positions[..., None]  # (B, W, A)
+        hidden = self.decoder.hidden(ids, positions, mask, self._cos, self._sin, self.cache)
+        sizes = [tokens.numel() for tokens in real]
+        counts = [min(int(k), n) for k, n in zip(num_logits, sizes, strict=True)]
+        picked = [
+            hidden[row, n - k : n] for row, (n, k) in enumerate(zip(sizes, counts, strict=True))
+        ]
+        logits = self.decoder.lm_head(torch.cat(picked))  # (sum of counts, V)
+        return list(logits.split(counts))
+
+    def crop(self, num_tokens: Sequence[int]) -> None:
+        """Row r keeps at most its first num_tokens[r] sequence tokens cached."""
+        self.lengths = [
+            max(0, min(length, int(keep)))
+            for length, keep in zip(self.lengths, num_tokens, strict=True)
+        ]
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, own: RowCache | None = None) -> RowCache | None:
+        """A joining row's cache with `tokens` (n,) appended to `own` (None: empty), by a
+        forward of its own: the prompt of a row that joins, in one piece or in chunks."""
+        count = tokens.numel()
+        if not count:
+            return own
+        done = 0 if own is None else own.length
+        capacity = _round_up(done + count, CAPACITY_STEP)
+        if own is None or own.tensors[0].shape[2] < capacity:
+            tensors = self.decoder.new_cache(capacity, 1)
+            for new, kept in zip(tensors, own.tensors if own else [], strict=False):
+                new[:, :, :done] = kept[:, :, :done]
+            own = RowCache(tensors, done)
+        cos, sin = self.decoder.rope_tables(capacity)
+        positions = torch.arange(done, done + count, device=self.device)[None]  # (1, n)
+        attend = min(_round_up(done + count, _ATTEND_STEP), capacity)
+        mask = torch.arange(attend, device=self.device) <= positions[..., None]  # (1, n, A)
+        ids = tokens.to(self.device).view(1, count)
+        self.decoder.hidden(ids, positions, mask, cos, sin, own.tensors)
+        own.length = done + count
+        return own
+
+    def join(self, prompt: torch.Tensor, own: RowCache | None = None) -> None:
+        """Adds a row whose sequence starts with `prompt` (n,), without left padding. Its
+        first n - 1 tokens are cached by a forward of their own (or were already: `own`,
+        from `prefill`); the last is fed with the row's first round."""
+        head = prompt[:-1]
+        done = 0 if own is None else own.length
+        own = self.prefill(head[done:], own)
+        rows = len(self.lengths)
+        length = head.numel()
+        self._reserve(rows + 1, length + CAPACITY_STEP)
+        if own is not None:
+            with torch.inference_mode():
+                for tensor, kept in zip(self.cache, own.tensors, strict=True):
+                    tensor[rows, :, :length] = kept[0, :, :length]
+        self.lengths.append(length)
+        self.num_pads.append(0)
+
+    def leave(self, keep: Sequence[int]) -> None:
+        """Keeps only the rows `keep`, in that order (the others have ended)."""
+        self.lengths = [self.lengths[row] for row in keep]
+        self.num_pads = [self.num_pads[row] for row in keep]
+        if not keep:
+            self.cache, self.capacity = [], 0
+            return
+        index = torch.tensor(list(keep), dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self.cache = [tensor.index_select(0, index) for tensor in self.cache]
+
+
+def batch_adapter(model: Any) -> StaticBatchAdapter | HFBatchAdapter:
+    """The batch adapter of a model: a `StaticBatchAdapter` over a `StaticAdapter`, else
+    transformers' (`HFBatchAdapter`)."""
+    if isinstance(model, StaticAdapter):
+        return StaticBatchAdapter(model)
+    return HFBatchAdapter(model)
