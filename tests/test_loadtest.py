@@ -35,3 +35,44 @@ def test_loadtest_of_the_tiny_pair(tmp_path, capsys) -> None:
 def test_clients_must_be_counts(capsys) -> None:
     assert main(["loadtest", "--pair", "tiny", "--clients", "1,x"]) == 2
     assert "--clients" in capsys.readouterr().err
+
+
+def test_the_server_sends_token_ids_and_a_differing_output_is_classified(tmp_path) -> None:
+    """Every request of the run carries its token ids (vLLM's `return_token_ids`). An output
+    that parts from the target alone's is classified from them: the target's own ids with
+    one token changed to a far-from-top one is a BUG (exit 1 through `_write`), the same ids
+    are not counted, and a server that sent no ids leaves it "unknown"."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch
+
+    from dynaspec.eval.load import LoadConfig, run_load
+    from dynaspec.models.tiny import tiny_pair
+    from dynaspec.serve.bench import _alone, _write, differing
+    from dynaspec.serve.config import ServeConfig
+    from dynaspec.serve.run import build_app, in_thread
+
+    target, draft, tokenizer = tiny_pair()
+    app = build_app(target, draft, tokenizer, ServeConfig(model_name="tiny", port=0))
+    with in_thread(app) as url:
+        config = LoadConfig(url + "/v1", "tiny", 2, 1, 10, ("def f(x):", "import os"))
+        result = run_load(replace(config, token_ids=True))
+    alone = _alone(target, tokenizer, [result], 10)
+    for r in result.results:
+        assert r.token_ids == alone[r.prompt].new_ids and r.prompt_token_ids is not None
+    assert differing(target, result, alone) == []
+
+    first = result.results[0]
+    reference = alone[first.prompt]
+    logits = target(reference.prompt_ids).logits[0, -1]
+    worst = int(torch.argmin(logits))
+    broken = replace(first, text=first.text + "!", token_ids=(worst, *reference.new_ids[1:]))
+    unknown = replace(first, text=first.text + "!", token_ids=None)
+    faked = replace(result, results=(broken, unknown))
+    found = differing(target, faked, alone)
+    assert [entry["kind"] for entry in found] == ["BUG", "unknown"]
+    assert found[0]["position"] == 0
+    args = SimpleNamespace(out=str(tmp_path), label=None, git_at_start=None)
+    assert _write(args, [faked], alone, target) == 1
+    assert "not at a tie (a BUG)" in (tmp_path / "loadtest.md").read_text()

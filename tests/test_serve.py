@@ -210,3 +210,23 @@ def test_the_fast_path_serves_in_batches_with_each_prompts_output(models) -> Non
     for (prompt, new), text in zip(jobs, texts, strict=True):
         want = alone_text(target, draft, tokenizer, prompt, new)
         assert text.choices[0].message.content == want, (prompt, new)
+
+
+def test_token_ids_come_back_when_asked_for(server, models) -> None:
+    """`return_token_ids` (vLLM's field): the prompt's and the completion's ids, whole or in
+    the closing chunk of a stream; the completion's decode to the text."""
+    url, _ = server
+    _, _, tokenizer = models
+    asked = {"extra_body": {"return_token_ids": True}}
+    whole = chat(url, PROMPTS[0], max_tokens=NEW, **asked)
+    ids = whole.choices[0].model_extra["token_ids"]
+    assert len(ids) == whole.usage.completion_tokens
+    assert tokenizer.decode(ids, skip_special_tokens=True) == whole.choices[0].message.content
+    assert len(whole.model_extra["prompt_token_ids"]) == whole.usage.prompt_tokens
+    text, chunks = streamed(url, PROMPTS[0], max_tokens=NEW, **asked)
+    closing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert closing[0].choices[0].model_extra["token_ids"] == ids and text == tokenizer.decode(
+        ids, skip_special_tokens=True
+    )
+    plain = chat(url, PROMPTS[0], max_tokens=NEW)
+    assert "token_ids" not in (plain.choices[0].model_extra or {})

@@ -58,6 +58,7 @@ class LoadConfig:
     api_key: str = "none"
     timeout_s: float = 600
     request_timeout_s: float = 300
+    token_ids: bool = False  # ask for the token ids (vLLM's `return_token_ids`)
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.requests_per_client < 1 or self.max_tokens < 1:
@@ -83,7 +84,8 @@ class RequestResult:
     streaming. `completion_tokens` comes from the server's `usage` (None when it sent none).
     `extra` is the response's (or the last stream chunk's) non-standard `dynaspec` field.
     `lost` marks a request with no answer before a deadline or a stream cut short; `ok` and
-    `lost` are never both true, and a request that is neither counts as failed.
+    `lost` are never both true, and a request that is neither counts as failed. `token_ids`
+    and `prompt_token_ids`: the ids the server sent back (`LoadConfig.token_ids`), else None.
     """
 
     client: int
@@ -98,6 +100,8 @@ class RequestResult:
     finish_reason: str | None
     extra: dict[str, Any] | None
     lost: bool = False
+    token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +320,8 @@ async def _create(client: AsyncOpenAI, config: LoadConfig, prompt: str) -> Any:
     }
     if config.stream:
         common["stream_options"] = {"include_usage": True}
+    if config.token_ids:
+        common["extra_body"] = {"return_token_ids": True}
     if config.chat:
         messages = [{"role": "user", "content": prompt}]
         return await client.chat.completions.create(messages=messages, **common)
@@ -355,6 +361,7 @@ def _from_response(
         completion_tokens=_usage_tokens(response),
         finish_reason=choice.finish_reason if choice is not None else None,
         extra=_extra(response),
+        **_token_ids(response),
     )
 
 
@@ -364,10 +371,12 @@ async def _from_stream(
     """Read a stream to its end; a stream that breaks off before a finish_reason is lost."""
     pieces: list[str] = []
     ttft_s = finish_reason = tokens = extra = None
+    ids: dict[str, tuple[int, ...] | None] = {}
     try:
         async for chunk in stream:
             tokens = _usage_tokens(chunk) if chunk.usage is not None else tokens
             extra = _extra(chunk) or extra
+            ids = _token_ids(chunk) if "prompt_token_ids" in (chunk.model_extra or {}) else ids
             for choice in chunk.choices[:1]:
                 piece = (choice.delta.content if config.chat else choice.text) or ""
                 if piece and ttft_s is None:
@@ -391,6 +400,7 @@ async def _from_stream(
         completion_tokens=tokens,
         finish_reason=finish_reason,
         extra=extra,
+        **ids,
     )
 
 
@@ -398,6 +408,19 @@ def _usage_tokens(response: Any) -> int | None:
     """`usage.completion_tokens` of a response or chunk, None when the server sent none."""
     usage = getattr(response, "usage", None)
     return getattr(usage, "completion_tokens", None) if usage is not None else None
+
+
+def _token_ids(response: Any) -> dict[str, tuple[int, ...] | None]:
+    """`prompt_token_ids` and the first choice's `token_ids` of a response or closing
+    chunk (None where the server sent none)."""
+    choices = getattr(response, "choices", None) or []
+    choice_extra = (getattr(choices[0], "model_extra", None) or {}) if choices else {}
+    prompt = (getattr(response, "model_extra", None) or {}).get("prompt_token_ids")
+    completion = choice_extra.get("token_ids")
+    return {
+        "token_ids": None if completion is None else tuple(completion),
+        "prompt_token_ids": None if prompt is None else tuple(prompt),
+    }
 
 
 def _extra(response: Any) -> dict[str, Any] | None:

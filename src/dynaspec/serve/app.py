@@ -116,11 +116,12 @@ async def _complete(request: Request, body: Any, chat: bool) -> Response:
         return StreamingResponse(stream, media_type="text/event-stream")
     text, finished = await _collect(request, job, events)
     used = protocol.usage(finished.prompt_tokens, finished.completion_tokens)
-    return JSONResponse(
-        protocol.response(
-            ident, config.model_name, chat, text, finished.reason, used, finished.stats
-        )
+    answer = protocol.response(
+        ident, config.model_name, chat, text, finished.reason, used, finished.stats
     )
+    if body.return_token_ids:
+        protocol.with_token_ids(answer, job.prompt, finished.token_ids)
+    return JSONResponse(answer)
 
 
 def _job(
@@ -203,7 +204,10 @@ async def _stream(
                 yield _sse(protocol.chunk(ident, model, chat, {"content": event.text}))
                 continue
             extra = {"dynaspec": event.stats}
-            yield _sse(protocol.chunk(ident, model, chat, None, event.reason, extra))
+            closing = protocol.chunk(ident, model, chat, None, event.reason, extra)
+            if body.return_token_ids:
+                protocol.with_token_ids(closing, job.prompt, event.token_ids)
+            yield _sse(closing)
             if body.stream_options is not None and body.stream_options.include_usage:
                 used = protocol.usage(event.prompt_tokens, event.completion_tokens)
                 closing = protocol.chunk(ident, model, chat)

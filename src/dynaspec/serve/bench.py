@@ -6,7 +6,10 @@ For each number of clients (`--clients 1,2,4,8`) every client sends `--requests`
 after another (eval/load.py: bounded in count and time; lost requests are counted). Before
 the timed runs, one untimed request warms the server up. The record: requests completed,
 failed, lost; time to first token p50/p95; tokens per second per client and in total; how
-many outputs equal the target alone's greedy output for the same prompt.
+many outputs equal the target alone's greedy output for the same prompt, and why each other
+one differs: the server sends its token ids back (`return_token_ids`, vLLM's field) and the
+first differing token is classified as `generate --compare` does it (a tie or a BUG; a BUG
+makes the command fail).
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import ConfigError
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
 from dynaspec.models.arguments import (
+    add_fast_arguments,
     add_model_arguments,
     check_model_arguments,
     counts,
+    fast_options,
     int_at_least,
     load_from_arguments,
 )
@@ -39,6 +46,7 @@ SMOKE_PROMPTS = ("def fib(n):", "class Stack:\n    def push(self, x):", "x = [1,
 
 def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, float32_case="the tiny pair")
+    add_fast_arguments(p)  # the server's fast path; the outputs are compared with its target's
     p.add_argument("--clients", default="1,2,4", help="numbers of concurrent clients, e.g. 1,2,4,8")
     p.add_argument("--requests", type=int_at_least(1), default=2, help="requests per client")
     p.add_argument("--max-tokens", type=int_at_least(1), default=128)
@@ -80,6 +88,8 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         return
     check_model_arguments(p, args)
     check_decoding_arguments(p, args)
+    if args.compile:
+        p.error("--compile decodes one sequence at a time and the server batches: drop it")
     try:
         args.client_counts = _counts(args.clients)
     except ConfigError as error:
@@ -109,18 +119,23 @@ def run_loadtest(args: argparse.Namespace) -> int:
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, in_thread
 
-    target, draft, tokenizer = load_from_arguments(args)
+    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     name = model_name(args)
     config = ServeConfig(model_name=name, port=0, max_batch=args.max_batch, max_queue=64)
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     with in_thread(app) as url:
-        results = _runs(url, name, counts, prompts, args)
-    alone = None if args.no_compare else _alone_texts(target, tokenizer, results, args.max_tokens)
-    return _write(args, results, alone)
+        results = _runs(url, name, counts, prompts, args, token_ids=not args.no_compare)
+    alone = None if args.no_compare else _alone(target, tokenizer, results, args.max_tokens)
+    return _write(args, results, alone, target)
 
 
 def _runs(
-    url: str, model: str, counts: tuple[int, ...], prompts: tuple[str, ...], args: Any
+    url: str,
+    model: str,
+    counts: tuple[int, ...],
+    prompts: tuple[str, ...],
+    args: Any,
+    token_ids: bool = False,
 ) -> list[LoadResult]:
     from dynaspec.eval.load import LoadConfig, run_load, table
 
@@ -130,6 +145,7 @@ def _runs(
         max_tokens=args.max_tokens,
         prompts=prompts,
         timeout_s=args.timeout,
+        token_ids=token_ids,  # the server's ids, to classify any output that differs
     )
     run_load(LoadConfig(clients=1, requests_per_client=1, **{**base, "max_tokens": 8}))  # warm-up
     results = []
@@ -141,24 +157,57 @@ def _runs(
     return results
 
 
-def _alone_texts(
-    target: Any, tokenizer: Any, results: list[LoadResult], max_tokens: int
-) -> dict[str, str]:
+@dataclass(frozen=True)
+class Alone:
+    """A prompt decoded by the target alone: its ids (as the server renders the chat
+    request), the new ids and their text."""
+
+    prompt_ids: torch.Tensor  # (1, T)
+    new_ids: tuple[int, ...]
+    text: str
+
+
+def _alone(target: Any, tokenizer: Any, results: list[LoadResult], max_tokens: int) -> dict:
     """Each prompt's greedy output from the target alone (generate() without a draft),
-    rendered as the server renders a chat request."""
+    rendered as the server renders a chat request: {prompt: Alone}."""
     from dynaspec.eval.data import render_prompt
     from dynaspec.generation import generate
 
-    texts = {}
+    alone = {}
     for prompt in sorted({r.prompt for result in results for r in result.results}):
         ids = render_prompt(tokenizer, prompt, chat=True)
         out = generate(target, None, ids, max_new_tokens=max_tokens)
         new = out.sequences[0, ids.shape[1] :]
-        texts[prompt] = tokenizer.decode(new, skip_special_tokens=True)
-    return texts
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        alone[prompt] = Alone(ids, tuple(new.tolist()), text)
+    return alone
 
 
-def _write(args: Any, results: list[LoadResult], alone: dict[str, str] | None) -> int:
+def differing(target: Any, result: LoadResult, alone: dict[str, Alone]) -> list[dict[str, Any]]:
+    """The completed requests whose text differs from the target alone's, each with where
+    its tokens part and why (`eval/mismatch.py`: a tie or a BUG), from the ids the server
+    sent back; "unknown" where it sent none."""
+    from dynaspec.eval.mismatch import classify_mismatch, first_difference
+
+    found = []
+    for r in result.results:
+        reference = alone[r.prompt]
+        if not r.ok or r.text == reference.text:
+            continue
+        entry: dict[str, Any] = {"prompt": r.prompt[:60], "kind": "unknown"}
+        ids = r.token_ids
+        if ids is not None and first_difference(reference.new_ids, ids) is not None:
+            why = classify_mismatch(target, reference.prompt_ids, reference.new_ids, ids)
+            entry.update(kind=why.kind, position=why.position, steps=why.steps)
+        elif ids is not None:  # the same tokens, another text (a stop sequence's cut)
+            entry["kind"] = "same tokens"
+        found.append(entry)
+    return found
+
+
+def _write(
+    args: Any, results: list[LoadResult], alone: dict[str, Alone] | None, target: Any = None
+) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "loadtest" + (f"-{args.label}" if args.label else "")
@@ -167,7 +216,7 @@ def _write(args: Any, results: list[LoadResult], alone: dict[str, str] | None) -
         summary = result.summary()
         if alone is not None:
             ok = [r for r in result.results if r.ok]
-            differ = [r.prompt[:60] for r in ok if r.text != alone[r.prompt]]
+            differ = differing(target, result, alone)
             summary.update(equal_to_target_alone=len(ok) - len(differ), differing=differ)
         runs.append(summary)
     record = {
@@ -189,11 +238,31 @@ def _write(args: Any, results: list[LoadResult], alone: dict[str, str] | None) -
         lines.append("")
         lines += [
             f"- {s['clients']} client(s): {s['equal_to_target_alone']} of {s['completed']} "
-            "outputs equal the target alone's"
-            + (f"; differ: {s['differing']}" if s["differing"] else "")
+            "outputs equal the target alone's" + _differing_words(s["differing"])
             for s in runs
         ]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     lost = sum(result.lost for result in results)
-    return 1 if lost else 0
+    bugs = [d for s in runs for d in s.get("differing", ()) if d["kind"] == "BUG"]
+    return 1 if lost or bugs else 0
+
+
+def _differing_words(differ: list[dict[str, Any]]) -> str:
+    """ "; 2 differ: 2 at a tie" (with the BUGs' prompts named)."""
+    if not differ:
+        return ""
+    kinds: dict[str, int] = {}
+    for entry in differ:
+        kinds[entry["kind"]] = kinds.get(entry["kind"], 0) + 1
+    words = ", ".join(f"{count} {_KIND_WORDS.get(kind, kind)}" for kind, count in kinds.items())
+    bugs = [entry["prompt"] for entry in differ if entry["kind"] == "BUG"]
+    return f"; {len(differ)} differ: {words}" + (f" (BUG: {bugs})" if bugs else "")
+
+
+_KIND_WORDS = {
+    "tie": "at a tie (either token is the target's argmax within its dtype's precision)",
+    "BUG": "not at a tie (a BUG)",
+    "unknown": "unclassified (the server sent no token ids)",
+    "same tokens": "with the same tokens",
+}

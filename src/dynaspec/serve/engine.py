@@ -43,6 +43,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     stats: dict[str, Any]
+    token_ids: tuple[int, ...] = ()  # the completion's (every token generated)
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,8 @@ class Engine:
         self.metrics.prompt_tokens.inc(row.start)
         if seconds > 0:
             self.metrics.tokens_per_second.observe(produced / seconds)
-        job.emit(Finished(reason, row.start, produced, _stats(job, seconds)))
+        ids = tuple(row.tokens[row.start : row.length].tolist())
+        job.emit(Finished(reason, row.start, produced, _stats(job, seconds), ids))
 
 
 def _stats(job: Job, seconds: float) -> dict[str, Any]:

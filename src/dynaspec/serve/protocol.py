@@ -4,13 +4,16 @@ Requests are checked by pydantic; a field that dynaspec cannot honour is refused
 that names it (`n` > 1, logprobs, tools, penalties, logit_bias, response_format other than
 text), and fields that change nothing here (user, metadata, store, ...) are accepted and
 ignored, as OpenAI-compatible servers do. Responses are plain dicts in OpenAI's shapes, plus
-one extra field, `dynaspec`, with the request's speculation stats (clients ignore it).
+one extra field, `dynaspec`, with the request's speculation stats (clients ignore it). As in
+vLLM, `return_token_ids: true` adds the prompt's and the completion's token ids (a stream
+sends them in its closing chunk).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -80,6 +83,8 @@ class _Common(BaseModel):
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # vLLM's extension: the prompt's and the completion's token ids in the response
+    return_token_ids: bool = False
 
     @field_validator("stop")
     @classmethod
@@ -183,6 +188,17 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def with_token_ids(
+    body: dict[str, Any], prompt: Sequence[int], completion: Sequence[int]
+) -> dict[str, Any]:
+    """`body` (a response or a closing chunk) with the token ids a request asked for
+    (`return_token_ids`, as vLLM names them): `prompt_token_ids` beside the choices and
+    `token_ids` in the choice (every generated token, a stop sequence's included)."""
+    body["prompt_token_ids"] = list(prompt)
+    body["choices"][0]["token_ids"] = list(completion)
+    return body
 
 
 def response(

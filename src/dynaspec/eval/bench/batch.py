@@ -13,6 +13,7 @@ throughput table (tokens per second, and the ratio to dynaspec's batched target 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -148,8 +149,22 @@ def run_batch_bench(
                         reference = new
                     records.append(record)
                     out.write(json.dumps(asdict(record)) + "\n")
+                    out.flush()
+                    _progress(record, start, len(prompts))
     (out_dir / "batch.md").write_text(batch_table(records, methods, sizes) + "\n")
     return records
+
+
+def _progress(record: BatchRecord, start: int, total: int) -> None:
+    """One line on stderr per method and batch (a run takes minutes to hours)."""
+    same = {None: "", True: ", rows equal hf-target's", False: ", rows DIFFER from hf-target's"}
+    print(
+        f"[batch {record.batch_size}, prompts {start + 1}-{start + record.rows} of {total}] "
+        f"{record.method}: {record.new_tokens} tokens in {record.wall_s:.1f} s "
+        f"({record.tokens_per_s:.2f} tok/s){same[record.same_as_hf]}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _decode(method, target, draft, ids, mask, max_new, setup) -> torch.Tensor:  # noqa: ANN001
