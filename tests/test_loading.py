@@ -173,6 +173,9 @@ def test_the_first_use_says_it_converts_before_the_silence(tiny_preset, cache, c
     said = capsys.readouterr().err
     assert "tiny: first use: converting the GGUF to a transformers folder in float32" in said
     assert said.index("first use") < said.index("joining")  # before the slow part
+    # each step without a bar of its own is announced, in order
+    steps = ["joining", "before transformers' bars", "writing the float32 folder", "converted into"]
+    assert [said.index(step) for step in steps] == sorted(said.index(step) for step in steps)
     loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
     assert "first use" not in capsys.readouterr().err  # from the cache: nothing to say
 

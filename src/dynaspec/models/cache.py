@@ -405,12 +405,14 @@ def build_folder(
     dtype: torch.dtype,
     eos_token_ids: Sequence[int] = (),
     source: dict[str, object] | None = None,
+    progress: bool = False,
 ) -> Path:
     """Dequantize `gguf_path` to `dtype` and save it as a transformers folder, atomically.
 
     The folder holds model.safetensors, config.json, generation_config.json and the
     tokenizer files, then `dynaspec.json` (what it was built from). `eos_token_ids`, if
-    given, replace the generation config's eos. Returns `folder`.
+    given, replace the generation config's eos. Returns `folder`. `progress`: a line on
+    stderr before each long step without a bar of its own (reading, writing).
     """
     _check_dependencies()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -421,6 +423,8 @@ def build_folder(
         tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.{os.getpid()}.", suffix=".tmp")
     )
     try:
+        if progress:
+            _say(f"reading {gguf_path.name} (about a minute before transformers' bars show)")
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 gguf_path.parent,
@@ -438,6 +442,9 @@ def build_folder(
             ) from error
         if eos_token_ids:
             model.generation_config.eos_token_id = list(eos_token_ids)
+        if progress:
+            size = model.num_parameters() * dtype.itemsize / 1e9
+            _say(f"writing the {dtype_name(dtype)} folder ({size:.1f} GB, up to half a minute)")
         model.save_pretrained(temp)
         tokenizer.save_pretrained(temp)
         marker = {
@@ -511,10 +518,17 @@ def ensure_preset_folder(
         dtype=dtype,
         eos_token_ids=preset.eos_token_ids,
         source={"preset": preset.name, "sha256": preset.sha256, "model_id": preset.model_id},
+        progress=progress,
     )
+    if progress:
+        _say(f"{preset.name}: converted into {folder}; loading it")
     if gguf_path == joined and not had_joined and not keep_gguf:
         joined.unlink(missing_ok=True)
     return folder
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def say_converting(name: str, dtype: torch.dtype) -> None:
