@@ -303,6 +303,13 @@ def run_generate(args: argparse.Namespace) -> int:
 
     text = args.prompt if args.prompt is not None else args.text
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
+    if describe_fast(args):  # building the fast copies is silent and takes a while
+        print(
+            "loading the models and building the fast path's copies of their weights "
+            "(prepacked or quantized; up to a minute)",
+            file=sys.stderr,
+            flush=True,
+        )
     models = load_named_from_arguments(args, **fast_options(args))
     target, draft, tokenizer = models.target, models.draft, models.tokenizer
     if models.draft_tokenizer is not None:
