@@ -281,8 +281,9 @@ def test_first_line_names_pair_schedule_and_dtype(capsys) -> None:
     )
 
 
-def test_serve_refuses_compile_and_names_the_flags_that_batch(capsys) -> None:
-    code, _, err = run_cli(capsys, "serve", "--pair", "tiny", "--static", "--compile")
-    assert code == 2 and err.startswith("usage: dynaspec serve")
+@pytest.mark.parametrize("command", ["serve", "loadtest"])
+def test_serve_refuses_compile_and_names_the_flags_that_batch(capsys, command: str) -> None:
+    code, _, err = run_cli(capsys, command, "--pair", "tiny", "--static", "--compile")
+    assert code == 2 and err.startswith(f"usage: dynaspec {command}")
     line = err.strip().splitlines()[-1]
     assert "drop --compile" in line and "--static" in line

@@ -60,16 +60,25 @@ def run(
     return out
 
 
-@pytest.mark.parametrize("source", ["model", "lookup", "hybrid"])
-def test_rows_that_join_and_leave_get_their_output_alone(pair, source: str) -> None:
-    target, draft = pair
-    model = None if source == "lookup" else draft
+def joined_and_left(target, draft, batched_target, batched_draft, source: str) -> ContinuousBatch:
+    """A batch over `batched_target` (and `batched_draft` and/or prompt lookup, as `source`
+    says) whose rows join at rounds 0, 0, 2 and 5 and leave when they end: each row's output
+    equals generate() of its prompt alone with `target` and `draft`. Returns the batch."""
+    model = None if source == "lookup" else batched_draft
     lookup = None if source == "model" else 6
-    batch = ContinuousBatch(target, model, prompt_lookup_num_tokens=lookup)
+    batch = ContinuousBatch(batched_target, model, prompt_lookup_num_tokens=lookup)
     got = run(batch, {0: 0, 1: 0, 2: 2, 3: 5}, {})
     for index, prompt in enumerate(PROMPTS):
         assert got[index] == alone(target, draft, prompt), index
-    assert batch.rows == [] and batch.target.mask.shape == (0, 0) and batch.target.cache is None
+    assert batch.rows == []
+    return batch
+
+
+@pytest.mark.parametrize("source", ["model", "lookup", "hybrid"])
+def test_rows_that_join_and_leave_get_their_output_alone(pair, source: str) -> None:
+    target, draft = pair
+    batch = joined_and_left(target, draft, target, draft, source)
+    assert batch.target.mask.shape == (0, 0) and batch.target.cache is None
 
 
 @pytest.mark.parametrize("schedule", ["constant", "heuristic", "dynamic"])

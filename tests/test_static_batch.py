@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_batch import NEW, PROMPTS, padded, reference
-from test_continuous import alone
+from test_continuous import alone, joined_and_left
 from test_continuous import run as run_continuous
 from tiny_models import noisy_copy, tiny_model
 
@@ -68,13 +68,8 @@ def test_rows_ending_early_stop_alone(models) -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_static_rows_join_and_leave_with_their_output_alone(models, source: str) -> None:
     target, draft, fast_target, fast_draft = models
-    model = None if source == "lookup" else fast_draft
-    lookup = None if source == "model" else 6
-    batch = ContinuousBatch(fast_target, model, prompt_lookup_num_tokens=lookup)
-    got = run_continuous(batch, {0: 0, 1: 0, 2: 2, 3: 5}, {})
-    for index, prompt in enumerate(PROMPTS):
-        assert got[index] == alone(target, draft, prompt), index
-    assert batch.rows == [] and batch.target.cache == []
+    batch = joined_and_left(target, draft, fast_target, fast_draft, source)
+    assert batch.target.cache == []
 
 
 def test_static_prompts_prefilled_in_chunks_give_the_same_output(models) -> None:

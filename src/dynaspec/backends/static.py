@@ -42,6 +42,9 @@ COMPILE_SCOPES = ("layer", "model")
 # Cache lengths are rounded up to a multiple of this, so that compiled shapes repeat.
 CAPACITY_STEP = 256
 
+# Slots attended by an uncompiled forward are rounded up to this.
+ATTEND_STEP = 64
+
 # Graphs one compiled function may hold: every bucket, with room for two cache lengths.
 _RECOMPILE_LIMIT = 32
 
@@ -88,8 +91,16 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().nbytes()
 
 
-def _round_up(value: int, step: int) -> int:
+def round_up(value: int, step: int) -> int:
     return -(-value // step) * step
+
+
+def causal_mask(positions: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
+    """(..., n, A) bool: may the token at each of `positions` (..., n) attend to slot j. A
+    covers the `used` slots rounded up to ATTEND_STEP (so attention's shapes repeat), at
+    most `capacity`."""
+    attend = min(round_up(used, ATTEND_STEP), capacity)
+    return torch.arange(attend, device=positions.device) <= positions[..., None]
 
 
 def _config_int(config: Any, name: str) -> int | None:
@@ -179,7 +190,7 @@ class StaticAdapter:
         needed = num_tokens + self.fast.buckets[-1]
         if needed <= self._capacity:
             return
-        capacity = _round_up(needed, CAPACITY_STEP)
+        capacity = round_up(needed, CAPACITY_STEP)
         old, old_len = self._cache, self._capacity
         with torch.inference_mode():
             self._cache = self.decoder.new_cache(capacity)
@@ -202,9 +213,8 @@ class StaticAdapter:
             ids = torch.cat([ids, ids[:, -1:].expand(1, bucket - n)], dim=1)
         positions = torch.arange(start, start + bucket, device=self.device)[None]  # (1, b)
         # Slots attended: all of them when compiled (one shape), else only those in use.
-        attend = self._capacity if self.fast.compile else _round_up(start + bucket, 64)
-        slots = torch.arange(min(attend, self._capacity), device=self.device)  # (A,)
-        mask = slots <= positions[..., None]  # (1, b, A)
+        used = self._capacity if self.fast.compile else start + bucket
+        mask = causal_mask(positions, used, self._capacity)  # (1, b, A)
         hidden = self._run(bucket, n, ids, positions, mask)[0]  # (b, H)
         self.num_cached = start + n
         return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)

@@ -27,15 +27,8 @@ from typing import Any
 import torch
 
 from dynaspec.backends.hf_batch import HFBatchAdapter
-from dynaspec.backends.static import CAPACITY_STEP, StaticAdapter
+from dynaspec.backends.static import CAPACITY_STEP, StaticAdapter, causal_mask, round_up
 from dynaspec.errors import UnsupportedOptionError
-
-# Slots attended are rounded up to this, so that attention's shapes repeat.
-_ATTEND_STEP = 64
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
 
 
 @dataclass
@@ -98,7 +91,7 @@ class StaticBatchAdapter:
         kept = old[0].shape[0] if old else 0
         if old and rows == kept and slots <= self.capacity:
             return
-        capacity = max(self.capacity, _round_up(max(slots, 1), CAPACITY_STEP))
+        capacity = max(self.capacity, round_up(max(slots, 1), CAPACITY_STEP))
         with torch.inference_mode():
             self.cache = self.decoder.new_cache(capacity, rows)
             common = min(rows, kept)
@@ -138,9 +131,7 @@ class StaticBatchAdapter:
                 ids[row, tokens.numel() :] = tokens[-1]
         first = torch.tensor(starts, device=self.device)[:, None]  # (B, 1)
         positions = first + torch.arange(width, device=self.device)  # (B, W)
-        attend = min(_round_up(max(starts) + width, _ATTEND_STEP), self.capacity)
-        slots = torch.arange(attend, device=self.device)  # (A,)
-        mask = slots <= positions[..., None]  # (B, W, A)
+        mask = causal_mask(positions, max(starts) + width, self.capacity)  # (B, W, A)
         hidden = self.decoder.hidden(ids, positions, mask, self._cos, self._sin, self.cache)
         sizes = [tokens.numel() for tokens in real]
         counts = [min(int(k), n) for k, n in zip(num_logits, sizes, strict=True)]
@@ -165,7 +156,7 @@ class StaticBatchAdapter:
         if not count:
             return own
         done = 0 if own is None else own.length
-        capacity = _round_up(done + count, CAPACITY_STEP)
+        capacity = round_up(done + count, CAPACITY_STEP)
         if own is None or own.tensors[0].shape[2] < capacity:
             tensors = self.decoder.new_cache(capacity, 1)
             for new, kept in zip(tensors, own.tensors if own else [], strict=False):
@@ -173,8 +164,7 @@ class StaticBatchAdapter:
             own = RowCache(tensors, done)
         cos, sin = self.decoder.rope_tables(capacity)
         positions = torch.arange(done, done + count, device=self.device)[None]  # (1, n)
-        attend = min(_round_up(done + count, _ATTEND_STEP), capacity)
-        mask = torch.arange(attend, device=self.device) <= positions[..., None]  # (1, n, A)
+        mask = causal_mask(positions, done + count, capacity)  # (1, n, A)
         ids = tokens.to(self.device).view(1, count)
         self.decoder.hidden(ids, positions, mask, cos, sin, own.tensors)
         own.length = done + count

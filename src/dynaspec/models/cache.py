@@ -534,12 +534,10 @@ def _say(line: str) -> None:
 def say_converting(name: str, dtype: torch.dtype) -> None:
     """One line on stderr before the first use's silent part (checking the file, then
     transformers reading the whole GGUF before its progress bars show)."""
-    print(
+    _say(
         f"{name}: first use: converting the GGUF to a transformers folder in "
         f"{dtype_name(dtype)}, once (checking and reading the file takes up to a minute "
-        "before progress bars show)",
-        file=sys.stderr,
-        flush=True,
+        "before progress bars show)"
     )
 
 

@@ -77,11 +77,6 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_model_arguments(parser, args)
     check_decoding_arguments(parser, args)
-    if args.compile:
-        parser.error(
-            "--compile decodes one sequence at a time and a server batches its requests: "
-            "drop --compile (--static and --quantize run in batches)"
-        )
     if args.host not in LOOPBACK and not args.api_key:
         print(
             f"warning: listening on {args.host} without --api-key: anyone who can reach this "
@@ -91,9 +86,15 @@ def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 
 def check_decoding_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--no-draft against --draft, and the schedule's settings (SpecConfig's checks)."""
+    """--no-draft against --draft, --compile (the server batches), and the schedule's
+    settings (SpecConfig's checks)."""
     if args.no_draft and args.draft is not None:
         parser.error("--no-draft and --draft contradict each other: drop one")
+    if args.compile:
+        parser.error(
+            "--compile decodes one sequence at a time and a server batches its requests: "
+            "drop --compile (--static and --quantize run in batches)"
+        )
     try:
         spec(args)
     except DynaspecError as error:

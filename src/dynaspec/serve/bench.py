@@ -88,8 +88,6 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         return
     check_model_arguments(p, args)
     check_decoding_arguments(p, args)
-    if args.compile:
-        p.error("--compile decodes one sequence at a time and the server batches: drop it")
     try:
         args.client_counts = _counts(args.clients)
     except ConfigError as error:
