@@ -83,6 +83,50 @@ def test_costs_are_measured_in_target_steps() -> None:
     assert policy.costs.draft_cost() == pytest.approx(0.25)
 
 
+# Measured on the AVX2 EPYC in float32, eager (transformers' cache), the README example's
+# 15 rounds: one target step over 1 token 0.75 s, over 3 to 21 tokens 2.0-3.3 s, a draft
+# token 0.23-0.27 s (tests/test_adaptive.py cites them; docs/adaptive.md, "Estimates").
+EAGER_AVX2 = [(1, 0.749), (6, 2.407), (4, 2.022), (3, 2.003), (21, 2.674), (8, 2.189),
+              (21, 2.125), (21, 2.586), (16, 2.468), (6, 2.657), (18, 2.78), (12, 2.1),
+              (9, 2.463), (20, 3.317)]  # fmt: skip
+
+
+def test_a_step_in_the_verification_cost_is_not_taken_for_a_dear_target_step() -> None:
+    # A line through all of them put V(1) at 1.77 s: the draft looked 2.4x cheaper than it
+    # is, the target alone 2.4x slower, and the policy drafted every round at 0.8x.
+    policy = AdaptivePolicy(max_tokens=20)
+    for verified, target_s in EAGER_AVX2:
+        drafted = verified - 1
+        policy.update(
+            make_round(drafted, drafted // 2, (0.9,) * drafted, 0.24 * drafted, target_s,
+                       draft_forwards=drafted, catchup=1)
+        )  # fmt: skip
+    assert policy.costs.step_time() == pytest.approx(0.749)
+    assert policy.costs.draft_cost() == pytest.approx(0.24 / 0.749)
+    assert 2.6 < policy.costs.verify_cost(2) < 3.0  # the step: over 2 tokens, 2.7 steps
+    assert policy.costs.verify_cost(21) - policy.costs.verify_cost(2) < 1.0  # then flat
+    # With its first token accepted 4 times in 5, no lookahead repays 2.7 steps and 0.32 a
+    # token: the target alone is faster.
+    policy.calibration.first_accepted, policy.calibration.first_total = 8.0, 10.0
+    assert policy.model_value() == 0.0 and policy.max_lookahead() == 0
+
+
+def test_a_long_draft_may_pay_where_its_first_token_alone_does_not() -> None:
+    # Verifying 2 tokens costs 2 steps, each further token 0.01: the first drafted token
+    # (gain 0.9) never repays the step, ten of them at 0.9 each do (gain 5.9 > 10 x 0.05
+    # + 1.1).
+    policy = AdaptivePolicy(max_tokens=10)
+    policy.update(make_round(0, 0, (), 0.0, 0.2, 1))
+    for drafted in (1, 5, 9):
+        policy.update(
+            make_round(drafted, drafted, (0.9,) * drafted, 0.01 * drafted,
+                       0.4 + 0.002 * (drafted - 1), draft_forwards=drafted, catchup=1)
+        )  # fmt: skip
+    policy.calibration.first_accepted, policy.calibration.first_total = 9.0, 10.0
+    assert policy.threshold(0) > 0.9  # token by token the draft never starts ...
+    assert policy.model_value() > 0.0 and policy.max_lookahead() == 10  # ... as a whole it does
+
+
 def count_drafted(policy: AdaptivePolicy, confidence: float = 0.9) -> int:
     """Tokens the policy drafts in one round where every token has `confidence`."""
     limit = policy.max_lookahead()

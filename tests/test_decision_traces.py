@@ -1,6 +1,9 @@
 """Every schedule makes the same decisions as before the round became a value: scripted
 rounds (tests/decision_scenarios.py) replayed through today's policies give the committed
-traces, recorded with the policies of 141d887."""
+traces, recorded with the policies of 141d887; `adaptive`'s re-recorded when V(1) was
+split from the line through forwards over several tokens and a draft (or a copy) was judged
+over its whole length (23 of its 27 traces changed by a token or so; the simulated
+throughput of every scenario within 1%)."""
 
 from __future__ import annotations
 

@@ -56,6 +56,19 @@ def test_expensive_verification_copies_less() -> None:
     assert sources(policy.plan(copy_only(10, 2), None)) == (3, 0)
 
 
+def test_a_long_copy_pays_as_a_whole_where_its_first_token_does_not() -> None:
+    # Verifying 2 tokens costs 2 steps, each further one 0.05: copied token 1 (0.8) never
+    # repays its own 1.0, the first 10 together (3.57) repay their 1.45.
+    policy = measured(prefill_s_per_token=0.01)
+    for verified in (3, 7, 11):
+        policy.update(make_round(verified - 1, 0, (0.5,) * (verified - 1), 0.0,
+                                 0.4 + 0.01 * (verified - 2), verified))  # fmt: skip
+    assert policy.verify_step(1) == pytest.approx(1.0)
+    assert policy.costs.verify_cost(11) == pytest.approx(2.45)
+    assert sources(policy.plan(copy_only(10, 2), None)) == (10, 0)
+    assert sources(policy.plan(copy_only(1, 2), None)) == (0, 0)
+
+
 def test_learned_acceptance_by_agreement_and_probes() -> None:
     policy = measured(prefill_s_per_token=0.1)
     for _ in range(10):  # 1-token matches, the first copy always wrong; V(4) = 2.5 steps

@@ -109,11 +109,11 @@ class AdaptivePolicy:
 
     # ---- the decision -------------------------------------------------------------------
     def model_plan(self, catchup: int = 1, remaining: int | None = None) -> DraftPlan:
-        """All of max_tokens when the first token is expected to pay and a lagging draft is
-        worth feeding (the stopper then ends the draft), else nothing, except for a rare
+        """All of max_tokens when drafting is expected to pay (`model_value`) and a lagging
+        draft is worth feeding (the stopper then ends the draft), else nothing, except for a rare
         cheap probe of one token. `remaining` = tokens the call may still emit (None:
         unbounded)."""
-        if self.calibration.first_token_acceptance() > self.threshold(0):
+        if self.model_value() > 0.0:
             worth = self.worth_starting(catchup, remaining)
             return DraftPlan(model=self.config.max_tokens if worth else 0)
         if self.prober.due() and self.cheap_probe(catchup, remaining):
@@ -143,6 +143,25 @@ class AdaptivePolicy:
         marginal = self.costs.draft_cost() + self.costs.verify_cost(num_drafted + 2)
         marginal -= self.costs.verify_cost(num_drafted + 1)
         return max(self.rate, floor) * marginal
+
+    def model_value(
+        self, prefix: float = 1.0, offset: int = 0, rows: int = 1, floor: float = 1.0
+    ) -> float:
+        """G: the most the model's tokens after `offset` drafted ones (all accepted with
+        probability `prefix`) are expected to gain over their cost, in tokens, before any
+        confidence is seen (each accepted with the first-token acceptance), for `rows`
+        rows drafting together at rate max(rho, floor). Summed over the whole lookahead,
+        not token by token: where verifying a second token costs far more than the next
+        ones (V has a step at n = 2), the first drafted token alone never pays but a
+        longer draft may."""
+        accept = self.calibration.first_token_acceptance()
+        cost, rho = self.costs.draft_cost(), max(self.rate, floor)
+        best = total = 0.0
+        for index in range(offset, self.config.max_tokens):
+            prefix *= accept
+            total += rows * prefix - rho * (cost + self.verify_step(index + 1))
+            best = max(best, total)
+        return best
 
     def verify_step(self, num_drafted: int) -> float:
         """V(k + 1) - V(k): what verifying drafted token k costs on top (target steps)."""

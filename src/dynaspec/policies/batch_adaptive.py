@@ -9,10 +9,11 @@ of all rows per batch step) times the marginal cost,
 
     sum over drafting rows of P_(r,k) * a_(r,k+1)  >  rho_B * (c + V_B(k + 2) - V_B(k + 1)),
 
-and a round drafts at all when the rows' summed first-token acceptance beats the cost of the
-first column. With one row this is `AdaptivePolicy`'s rule. The estimates (calibration,
-costs measured on batch forwards, rho_B, copied tokens' acceptance, probers) are one
-`AdaptivePolicy`'s; each row's copies are planned as alone, with those estimates.
+and a round drafts at all when the rows' summed expected gain beats the cost over some
+lookahead (`AdaptivePolicy.model_value` with the rows). With one row this is
+`AdaptivePolicy`'s rule. The estimates (calibration, costs measured on batch forwards,
+rho_B, copied tokens' acceptance, probers) are one `AdaptivePolicy`'s; each row's copies
+are planned as alone, with those estimates.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ class BatchAdaptivePolicy:
         ]
         model = DraftPlan()
         going = sum(offer is not None for offer in options)  # rows the target alone serves
-        gain = len(ready) * shared.calibration.first_token_acceptance()
-        if ready and gain > shared.threshold(0, floor=going):
+        if ready and shared.model_value(rows=len(ready), floor=going) > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
         elif ready and shared.prober.due():
             cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]

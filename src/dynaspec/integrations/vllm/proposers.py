@@ -94,7 +94,7 @@ class DynaspecProposer:
         (seconds; steps.py), the rate in tokens per step, copied tokens' acceptance."""
         costs = self.shared.costs
         step_s = costs.step_time()
-        slope_s = (costs.verify_cost(2) - 1.0) * step_s
+        slope_s = (costs.verify_cost(3) - costs.verify_cost(2)) * step_s
         return {
             **vars(self.stats),
             "acceptance": self.stats.acceptance,
