@@ -259,7 +259,8 @@ def test_same_seed_same_output_different_seed_different_output(
 
 
 def test_sampling_with_an_identical_draft_accepts_nearly_everything(tiny_pair: tuple) -> None:
-    """Same weights, same processing: p_target == p_draft up to rounding, so u * p_d <= p_t."""
+    """Same weights, same processing: p_target == p_draft up to rounding, so u * p_d <= p_t.
+    (A fixed schedule: `adaptive` rightly never starts a draft as large as the target.)"""
     target, _ = tiny_pair
     out = dynaspec.generate(
         target,
@@ -269,6 +270,7 @@ def test_sampling_with_an_identical_draft_accepts_nearly_everything(tiny_pair: t
         do_sample=True,
         seed=0,
         eos_token_id=[],
+        num_assistant_tokens_schedule="constant",
     )
     assert out.stats.summary().acceptance_rate > 0.9
 

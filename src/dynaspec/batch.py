@@ -20,6 +20,7 @@ import torch
 
 from dynaspec.backends.static import StaticAdapter
 from dynaspec.backends.static_batch import batch_adapter
+from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.core.batch_loop import Row, decode_batch
 from dynaspec.core.config import SamplingConfig, SpecConfig
 from dynaspec.core.loop import GenerateOutput
@@ -96,18 +97,21 @@ def generate_batch(
     )
     drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
-        policy = batch_policy(spec, len(rows))
+        policy = batch_policy(spec, len(rows), draft_cost_ratio(target, draft))
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
     output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
-def batch_policy(spec: SpecConfig, rows: int) -> BatchPolicy:
+def batch_policy(spec: SpecConfig, rows: int, draft_cost: float | None = None) -> BatchPolicy:
     """adaptive: one rule over the batch's shared forwards; the fixed schedules: a policy
-    per row, each as it would be alone."""
+    per row, each as it would be alone. `draft_cost`: make_policy's."""
     if spec.num_assistant_tokens_schedule == "adaptive":
-        return BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens)
+        policy = BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens)
+        if draft_cost is not None:
+            policy.shared.expect_draft_cost(draft_cost)
+        return policy
     return PerRow([make_policy(spec) for _ in range(rows)], make=lambda: make_policy(spec))
 
 

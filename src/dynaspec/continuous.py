@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends.static_batch import batch_adapter
+from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
 from dynaspec.core.batch_loop import Row, batch_round
 from dynaspec.core.config import SpecConfig
@@ -77,7 +78,7 @@ class ContinuousBatch:
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
         self.drafter = batch_drafter(draft_batch, lookup, self.target.vocab_size, eos)
-        self.policy = batch_policy(spec or SpecConfig(), 0)
+        self.policy = batch_policy(spec or SpecConfig(), 0, draft_cost_ratio(target, draft))
         self.rows: list[Row] = []
 
     @property

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.backends import as_adapter
+from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import BATCH_OPTIONS, generate_batch, is_batch
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.core.loop import GenerateOutput, decode
@@ -103,7 +104,7 @@ def generate(
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
     method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings, lookup,
                              cross_tokenizer)  # fmt: skip
-    fresh = make_policy(spec)  # checks the schedule's name even when `policy` is given
+    fresh = make_policy(spec, draft_cost_ratio(target, draft))  # checks the schedule's name
     policy = fresh if policy is None else policy
     sampler = _sampler(settings, logits_processor, prompt, target_adapter, input_length)
     criteria = build_stopping(settings.limits, tokenizer, stopping_criteria, started)

@@ -60,12 +60,17 @@ SCHEDULES: dict[str, Callable[[SpecConfig], LookaheadPolicy]] = {
 }
 
 
-def make_policy(config: SpecConfig) -> LookaheadPolicy:
-    """A fresh policy for the schedule `config` names, configured from `config`."""
+def make_policy(config: SpecConfig, draft_cost: float | None = None) -> LookaheadPolicy:
+    """A fresh policy for the schedule `config` names, configured from `config`;
+    `draft_cost`: what a draft token is expected to cost before it is timed, in target
+    steps (the draft's weight bytes over the target's), for the policies that weigh it."""
     schedule = config.num_assistant_tokens_schedule
     if schedule not in SCHEDULES:
         raise ConfigError(
             f"unknown num_assistant_tokens_schedule {schedule!r}; "
             f"choose one of {', '.join(SCHEDULES)}"
         )
-    return SCHEDULES[schedule](config)
+    policy = SCHEDULES[schedule](config)
+    if draft_cost is not None and isinstance(policy, AdaptivePolicy):
+        policy.expect_draft_cost(draft_cost)
+    return policy

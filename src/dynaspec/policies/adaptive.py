@@ -19,7 +19,7 @@ running rate, probers (prober.py), and with prompt lookup the copied tokens' acc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dynaspec.core.round import Choice, DraftOptions, DraftPlan, DraftStep, Round, StopReason
 from dynaspec.policies.calibration import Calibration
@@ -106,6 +106,12 @@ class AdaptivePolicy:
             self.prober.learn(Choice.DECLINED)
         else:
             self.prober.learn(Choice.PROBED if round.plan.probe else Choice.CHOSEN)
+
+    def expect_draft_cost(self, ratio: float) -> None:
+        """c until a draft forward is timed: `ratio`, the draft's weight bytes over the
+        target's (a decoding forward reads every weight once), instead of the prior."""
+        self.config = replace(self.config, prior_draft_cost=ratio)
+        self.costs.prior_draft_cost = ratio
 
     # ---- the decision -------------------------------------------------------------------
     def model_plan(self, catchup: int = 1, remaining: int | None = None) -> DraftPlan:

@@ -1,0 +1,32 @@
+"""What a model's decoding forward reads: its weights' bytes, for the draft's cost before it
+has been timed (a decoding step reads every weight once, so the draft's step costs about
+its bytes over the target's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dynaspec.backends.hf import HFAdapter
+from dynaspec.backends.static import StaticAdapter
+
+
+def weight_bytes(model: Any) -> int | None:
+    """Bytes of the weights of a transformers model, an adapter of one or a fast adapter
+    (tied weights once); None for anything else (a scripted model, another engine)."""
+    if isinstance(model, StaticAdapter):
+        return model.weight_bytes()
+    if isinstance(model, HFAdapter):
+        model = model.model
+    if not isinstance(model, torch.nn.Module):
+        return None
+    return sum(p.numel() * p.element_size() for p in model.parameters()) or None
+
+
+def draft_cost_ratio(target: Any, draft: Any) -> float | None:
+    """The draft's weight bytes over the target's (None when either is unknown)."""
+    target_bytes, draft_bytes = weight_bytes(target), weight_bytes(draft)
+    if not target_bytes or not draft_bytes:
+        return None
+    return draft_bytes / target_bytes
