@@ -25,7 +25,8 @@ def test_smoke_run_writes_a_record_per_method_and_batch(tmp_path: Path, capsys) 
     # 2 smoke prompts: two batches of 1, one of 2; every method on each
     assert len(records) == 3 * len(BATCH_METHODS)
     assert {r["method"] for r in records} == set(BATCH_METHODS)
-    assert all(r["same_as_hf"] for r in records if r["method"] != "hf-target")
+    assert all(r["same_as_reference"] for r in records if r["method"] != "hf-target")
+    assert {r["reference"] for r in records if r["method"] != "hf-target"} == {"hf-target"}
     assert all(r["run"]["machine"]["cpu_model"] for r in records)  # the CPU is named
     table = (tmp_path / "batch.md").read_text()
     assert "| adaptive |" in table and "| static-hybrid |" in table and "batch 2 tok/s" in table

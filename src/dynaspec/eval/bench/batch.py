@@ -6,8 +6,10 @@ every method decodes every batch, left-padded, after one untimed warm-up per met
 Throughput is the batch's new tokens (each row up to and including its EOS) over the call's
 wall time; a row's latency is the call's wall time (every row waits for the batch). Each
 dynaspec method's rows are compared with transformers' batched greedy output of the same
-batch. One JSON line per (batch size, method, batch) goes to batch.jsonl; batch.md holds the
-throughput table (tokens per second, and the ratio to dynaspec's batched target alone).
+batch (or, without it, with its own target alone's: the fast methods with static-target's,
+the others with target's). One JSON line per (batch size, method, batch) goes to
+batch.jsonl; batch.md holds the throughput table (tokens per second, and the ratio to
+dynaspec's batched target alone).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ class BatchRecord:
     new_tokens: int  # every row's, each up to and including its EOS
     wall_s: float
     tokens_per_s: float
-    same_as_hf: bool | None  # every row equal to transformers' batched greedy output
+    reference: str | None  # the method whose rows this one's were compared with
+    same_as_reference: bool | None  # every row equal to the reference's (None: no reference)
     run: dict[str, Any]  # machine, versions, git, command (as the per-prompt records)
 
 
@@ -142,11 +145,10 @@ def run_batch_bench(
         for size in sizes:
             for start in range(0, len(prompts), size):
                 ids, mask = left_padded(list(prompts[start : start + size]), setup["pad"])
-                reference = None
+                outputs: dict[str, torch.Tensor] = {}
                 for method in methods:
-                    record, new = _measure(method, size, target, draft, ids, mask, setup, reference)
-                    if method == "hf-target":
-                        reference = new
+                    record, new = _measure(method, size, target, draft, ids, mask, setup, outputs)
+                    outputs[method] = new
                     records.append(record)
                     out.write(json.dumps(asdict(record)) + "\n")
                     out.flush()
@@ -157,11 +159,12 @@ def run_batch_bench(
 
 def _progress(record: BatchRecord, start: int, total: int) -> None:
     """One line on stderr per method and batch (a run takes minutes to hours)."""
-    same = {None: "", True: ", rows equal hf-target's", False: ", rows DIFFER from hf-target's"}
+    same = {None: "", True: ", rows equal {}'s", False: ", rows DIFFER from {}'s"}
     print(
         f"[batch {record.batch_size}, prompts {start + 1}-{start + record.rows} of {total}] "
         f"{record.method}: {record.new_tokens} tokens in {record.wall_s:.1f} s "
-        f"({record.tokens_per_s:.2f} tok/s){same[record.same_as_hf]}",
+        f"({record.tokens_per_s:.2f} tok/s)"
+        + same[record.same_as_reference].format(record.reference),
         file=sys.stderr,
         flush=True,
     )
@@ -176,19 +179,25 @@ def _decode(method, target, draft, ids, mask, max_new, setup) -> torch.Tensor:  
         )
 
 
-def _measure(method, size, target, draft, ids, mask, setup, reference):  # noqa: ANN001, ANN202
-    """(record, new ids) of one method on one batch."""
+def _measure(method, size, target, draft, ids, mask, setup, outputs):  # noqa: ANN001, ANN202
+    """(record, new ids) of one method on one batch; its rows are compared with
+    transformers' batched output (hf-target) where that ran before, else with its own
+    target alone's (static-target for the fast methods, target for the others)."""
     start = perf_counter()
     new = _decode(method, target, draft, ids, mask, setup["max_new_tokens"], setup)
     wall = perf_counter() - start
     count = new_token_count(new, setup["eos"])
-    same = None
-    if reference is not None and method != "hf-target":
-        width = min(new.shape[1], reference.shape[1])
-        same = bool(torch.equal(new[:, :width], reference[:, :width]))
-    record = BatchRecord(
-        size, method, int(ids.shape[0]), count, round(wall, 4), count / wall, same, setup["run"]
+    reference = next(
+        (name for name in ("hf-target", _BASE.get(method, "target")) if name in outputs), None
     )
+    same = None
+    if reference is not None:
+        width = min(new.shape[1], outputs[reference].shape[1])
+        same = bool(torch.equal(new[:, :width], outputs[reference][:, :width]))
+    record = BatchRecord(
+        size, method, int(ids.shape[0]), count, round(wall, 4), count / wall, reference,
+        same, setup["run"],
+    )  # fmt: skip
     return record, new
 
 
@@ -212,8 +221,10 @@ def batch_table(
             rate = tokens / wall if wall else 0.0
             ratio = f" ({rate / (base[0] / base[1]):.2f}x)" if base and base[1] else ""
             cells.append(f"{rate:.1f}{ratio}")
-        mismatched = [r for r in records if r.method == method and r.same_as_hf is False]
-        cells.append(str(len(mismatched)) if method != "hf-target" else "")
+        compared = [r for r in records if r.method == method and r.reference is not None]
+        cells.append(str(sum(not r.same_as_reference for r in compared)) if compared else "")
         rows.append(cells)
     header = ["method", *[f"batch {size} tok/s (vs its target)" for size in sizes], "differ"]
+    # differ: batches whose rows differ from hf-target's where it ran, else from the
+    # method's own target alone (empty: nothing to compare with)
     return "\n".join(markdown_table(header, rows))

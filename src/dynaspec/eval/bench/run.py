@@ -390,7 +390,7 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
     )
     records = run_batch_bench(target, draft, prompts, sizes, methods, setup, out_dir)
     print(batch_table(records, methods, sizes))
-    differ = [r for r in records if r.same_as_hf is False]
+    differ = [r for r in records if r.same_as_reference is False]
     return 1 if differ and run["dtype"] == "float32" else 0
 
 
