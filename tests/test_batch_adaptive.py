@@ -91,3 +91,15 @@ def test_the_batch_round_is_as_wide_as_its_widest_row() -> None:
     merged = batch_round(rows)
     assert (merged.num_verified, merged.num_drafted, merged.draft_forwards) == (4, 3, 3)
     assert (merged.draft_time_s, merged.target_time_s, merged.num_model) == (0.3, 0.5, 3)
+
+
+def test_a_rows_copy_is_weighed_at_the_batchs_rate_never_below_its_rows() -> None:
+    # Fresh priors: b = 0.8 per copied token, V(n) = 1 + 0.05 (n - 1). The batch's rate has
+    # fallen to 1 token per batch step (speculation losing); its 2 rows yield 2 with the
+    # target alone, so copied token j pays while 0.8^j > 2 x 0.05: j <= 10 of the 12 on
+    # offer (at rho = 1, as alone, all 12).
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20)
+    policy.shared.rate = 1.0
+    match = DraftOptions(None, torch.zeros(12, dtype=torch.long), 2)
+    plans = policy.plan([match, match], [50, 50])
+    assert [plan.copy for plan in plans] == [10, 10]

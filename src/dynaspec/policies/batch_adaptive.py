@@ -62,7 +62,7 @@ class BatchAdaptivePolicy:
             if offer is None:
                 plans.append(DraftPlan())
             elif offer.num_copy:
-                plans.append(plan_with_copy(shared, offer, remaining[row], alone))
+                plans.append(plan_with_copy(shared, offer, remaining[row], alone, going))
             else:
                 plans.append(alone)
         return plans

@@ -24,11 +24,17 @@ if TYPE_CHECKING:
 
 
 def plan_with_copy(
-    policy: AdaptivePolicy, options: DraftOptions, remaining: int | None, alone: DraftPlan
+    policy: AdaptivePolicy,
+    options: DraftOptions,
+    remaining: int | None,
+    alone: DraftPlan,
+    floor: float = 1.0,
 ) -> DraftPlan:
     """The sources of a round with a lookup match on offer; `alone` is the draft model's
-    own plan (nothing without a draft model)."""
-    rho = max(policy.rate, 1.0)
+    own plan (nothing without a draft model). rho is never taken below `floor`: what the
+    target alone yields per step (1; in a batch, 1 per row going, as the batch's rate
+    counts every row's tokens)."""
+    rho = max(policy.rate, floor)
     probs = policy.lookup.prefix_probs(options.agreement, options.num_copy)
     copied = _copy_length(probs, rho, policy)
     copied, choice = policy.lookup.choose(copied)  # 1 now and then when it keeps declining
@@ -36,8 +42,10 @@ def plan_with_copy(
         return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice)
     expected = sum(probs[:copied])
     value = expected - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
-    carry = _carry_on_value(policy, probs[copied - 1], copied, options.catchup, expected, remaining)
-    if alone.model and policy.model_value() > value + max(carry, 0.0):
+    carry = _carry_on_value(
+        policy, probs[copied - 1], copied, options.catchup, expected, remaining, rho
+    )
+    if alone.model and policy.model_value(floor=rho) > value + max(carry, 0.0):
         # the model alone is worth more than the copy
         return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice)
     model = max(policy.config.max_tokens - copied, 0) if carry > 0.0 else 0  # 0: stands aside
@@ -51,15 +59,17 @@ def _carry_on_value(
     catchup: int | None,
     expected: float,
     remaining: int | None,
+    rho: float,
 ) -> float:
-    """G(m) - rho * (wasted catch-up), or 0 when the model cannot carry on."""
+    """G(m) - rho * (wasted catch-up), or 0 when the model cannot carry on; rho: the rate
+    the plan weighs costs at."""
     if catchup is None or not policy.worth_starting(catchup, remaining):
         return 0.0
     feed = policy.costs.catchup_cost(copied + 1)  # the m copied tokens, in target steps
     if feed is None:
         return 0.0
     wasted = feed * (copied - expected) / copied
-    return policy.model_value(prefix, copied) - max(policy.rate, 1.0) * wasted
+    return policy.model_value(prefix, copied, floor=rho) - rho * wasted
 
 
 def _copy_length(probs: list[float], rho: float, policy: AdaptivePolicy) -> int:
