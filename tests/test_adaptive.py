@@ -367,3 +367,62 @@ def test_a_probe_checks_a_cold_long_prefill_when_many_tokens_are_left() -> None:
     assert sum(drafted) >= 900
     short = [r.num_drafted for r in cold_run(40, 128).stats.rounds]
     assert sum(short) == 0  # 128 tokens: the probe would cost more than 2% of them
+
+
+def through_text(forwards: int, proposed: int, accepted: int) -> Round:
+    """A round of a draft with another tokenizer: `forwards` draft tokens of 0.1 s each
+    gave `proposed` target tokens; the target's forward over them took 1 s."""
+    return make_round(
+        proposed,
+        accepted,
+        (0.9,) * proposed,
+        draft_time_s=0.1 * forwards,
+        target_time_s=1.0,
+        draft_forwards=forwards,
+        catchup=1,
+    )
+
+
+def test_a_draft_is_priced_per_target_token_it_proposes() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 1.0, 1))  # a target step: 1 s
+    for _ in range(3):  # 10 draft tokens re-encode to 5 target tokens
+        policy.update(through_text(forwards=10, proposed=5, accepted=5))
+    assert policy.costs.forward_cost() == pytest.approx(0.1)
+    assert policy.costs.tokens_per_forward() == pytest.approx(0.5)
+    assert policy.costs.draft_cost() == pytest.approx(0.2)
+    # A catch-up is fed in the draft's own tokens: a forward's cost each.
+    assert policy.costs.catchup_cost(6) == pytest.approx(5 * 0.1)
+
+
+def test_rounds_whose_text_does_not_re_encode_raise_the_price() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 1.0, 1))
+    policy.update(through_text(forwards=4, proposed=4, accepted=4))
+    assert policy.costs.draft_cost() == pytest.approx(0.1)
+    policy.update(through_text(forwards=4, proposed=0, accepted=0))  # nothing proposed
+    assert policy.costs.tokens_per_forward() == pytest.approx(0.5)
+    assert policy.costs.draft_cost() == pytest.approx(0.2)
+
+
+def test_a_draft_whose_forwards_yield_little_stands_aside() -> None:
+    # The same forward cost (0.1 steps) and acceptance: drafting pays when a forward
+    # yields a target token, not when it takes ten forwards to propose one.
+    def trained(proposed: int) -> AdaptivePolicy:
+        policy = AdaptivePolicy(max_tokens=20)
+        policy.update(make_round(0, 0, (), 0.0, 1.0, 1))
+        for _ in range(8):
+            policy.update(through_text(forwards=10, proposed=proposed, accepted=proposed))
+        return policy
+
+    assert trained(proposed=10).model_value() > 0.0
+    assert trained(proposed=1).model_value() <= 0.0
+    assert trained(proposed=1).max_lookahead(catchup=1, remaining=100) == 0
+
+
+def test_a_draft_of_target_tokens_costs_per_forward() -> None:
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 1.0, 1))
+    policy.update(result(5, 5, draft_s=0.1, target_s=1.2))
+    assert policy.costs.tokens_per_forward() == 1.0
+    assert policy.costs.draft_cost() == pytest.approx(policy.costs.forward_cost())

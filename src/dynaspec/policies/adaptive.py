@@ -1,9 +1,9 @@
 """Cost-aware adaptive lookahead: draft one more token only while it is expected to pay.
 
 With P_k the probability that the first k drafted tokens are all accepted, a_(k+1) the next
-one's acceptance, c a draft token's cost and V(n) the cost of verifying n tokens (in target
-steps), and rho >= 1 the rate achieved so far (tokens per target step), token k + 1 is
-drafted while
+one's acceptance, c the draft's cost per target token it proposes and V(n) the cost of
+verifying n tokens (in target steps), and rho >= 1 the rate achieved so far (tokens per
+target step), token k + 1 is drafted while
 
     P_k * a_(k+1)  >  rho * (c + V(k + 2) - V(k + 1))
 
@@ -86,6 +86,7 @@ class AdaptivePolicy:
 
     def update(self, round: Round) -> None:
         self.learn_tokens(round)
+        self.costs.learn_yield(round)
         self.learn_forwards(round, round.num_accepted + 1)
 
     def learn_tokens(self, round: Round) -> None:

@@ -1,6 +1,12 @@
 """What drafting and verifying cost on this machine, measured online, in target steps
 (docs/adaptive.md ("Estimates")): medians over a window of recent rounds (a median ignores
-the occasional slow step), and V(n) as a least-squares line through the per-n medians."""
+the occasional slow step), and V(n) as a least-squares line through the per-n medians.
+
+c is the cost of a draft per *target* token it proposes: a draft forward's cost over the
+target tokens a forward yields. The two are the same where the draft drafts target tokens;
+a draft of another tokenizer drafting through text (drafters/cross_tokenizer.py) yields
+fewer target tokens than forwards where its tokens are shorter, more where they are longer,
+and none in a round whose text does not re-encode (docs/cross-tokenizer.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +31,9 @@ class CostModel:
         self.window = window  # rounds kept for the medians
         self.min_prefill_tokens = min_prefill_tokens  # a target forward over at least this
         #                                 many unseen tokens times the prefill (per token)
-        self.draft_costs: deque[float] = deque(maxlen=window)  # seconds per draft token
+        self.draft_costs: deque[float] = deque(maxlen=window)  # seconds per draft forward
+        self.yields: deque[tuple[int, int]] = deque(maxlen=window)  # (target tokens the
+        #                                 draft proposed, its forwards) per round it ran
         self.catchup_costs: deque[float] = deque(maxlen=window)  # s per catch-up token
         self.prefill_costs: deque[float] = deque(maxlen=window)  # target s per prompt token
         self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
@@ -43,10 +51,29 @@ class CostModel:
         return any(n > 1 and times for n, times in self.verify_times.items())
 
     def draft_cost(self) -> float:
-        """c: draft time per token in target steps."""
+        """c: draft time per proposed target token, in target steps."""
+        return self.forward_cost() / self.tokens_per_forward()
+
+    def forward_cost(self) -> float:
+        """A draft forward's time (one draft token), in target steps."""
         if not self.draft_costs or not self.verify_times:
             return self.prior_draft_cost
         return statistics.median(self.draft_costs) / self.step_time()
+
+    def tokens_per_forward(self) -> float:
+        """Target tokens the draft proposes per forward, over the recent rounds it ran (1.0
+        until `learn_yield` has seen one; at least one token over the window's forwards)."""
+        if not self.yields:
+            return 1.0
+        tokens = sum(tokens for tokens, _ in self.yields)
+        return max(tokens, 1) / sum(forwards for _, forwards in self.yields)
+
+    def learn_yield(self, round: Round) -> None:
+        """The target tokens the draft model proposed in `round` per forward it ran (a
+        single sequence's round: a batch's combined round pairs one row's forwards with
+        another row's tokens)."""
+        if round.draft_forwards:
+            self.yields.append((round.num_model, round.draft_forwards))
 
     def verify_cost(self, num_tokens: int) -> float:
         """V(n): target time to verify num_tokens tokens, in target steps (V(1) = 1)."""
@@ -56,18 +83,19 @@ class CostModel:
         return max(base + slope * (num_tokens - 1), step) / step
 
     def catchup_cost(self, catchup: int) -> float | None:
-        """Target steps to feed a lagging draft the catchup - 1 tokens beyond the usual one;
-        None while no target step has been timed. Per token: the timed catch-ups, else c
-        times the target's prefill (per token, in steps), never more than c (a forward over
-        m tokens costs at most m forwards over one), and c while neither has been timed."""
+        """Target steps to feed a lagging draft the catchup - 1 tokens (its own) beyond the
+        usual one; None while no target step has been timed. Per token: the timed catch-ups,
+        else a draft forward's cost f times the target's prefill (per token, in steps), never
+        more than f (a forward over m tokens costs at most m forwards over one), and f while
+        neither has been timed."""
         if catchup <= 1:
             return 0.0
         if not self.verify_times:
             return None
-        per_token = self.draft_cost()
+        per_token = self.forward_cost()
         if self.catchup_costs:
             per_token = min(per_token, statistics.median(self.catchup_costs) / self.step_time())
-        elif self.prefill_costs:  # the draft's prefill ~ c times the target's
+        elif self.prefill_costs:  # the draft's prefill ~ f times the target's
             prefill = statistics.median(self.prefill_costs) / self.step_time()
             per_token = min(per_token, per_token * prefill)
         return (catchup - 1) * per_token
