@@ -14,8 +14,10 @@ permuted ids after two specials of its own.
 * The permuted byte tokenizer with a draft that is the target with its rows permuted: the
   same function under other ids, so nearly every drafted token is accepted, and the draft's
   cache is kept from round to round (a catch-up of a token or two).
-* The typed errors: sampling, missing tokenizers, a tokenizer larger than its model, batches,
-  prompt lookup.
+* With prompt lookup (the hybrid): copied target tokens first, the draft carrying on after
+  them through text; the same equality, and with the permuted draft copies and the draft's
+  tokens accepted in one round.
+* The typed errors: sampling, missing tokenizers, a tokenizer larger than its model, batches.
 """
 
 from __future__ import annotations
@@ -401,6 +403,79 @@ def test_the_same_model_under_other_ids_is_accepted_and_keeps_its_cache() -> Non
 
 
 # ---------------------------------------------------------------------------------------
+# With prompt lookup: copies first, the draft after them
+# ---------------------------------------------------------------------------------------
+
+REPEATS = "the cat sat. the cat sat. the dog ran. the cat"  # n-grams to copy from
+
+
+@pytest.mark.parametrize("method", ["string", "intersection"])
+@pytest.mark.parametrize("schedule", ["adaptive", "constant"])
+@pytest.mark.parametrize(("target_name", "draft_name"), PAIRS, ids=named(PAIRS))
+def test_greedy_output_with_prompt_lookup_is_the_targets_own(
+    target_name: str, draft_name: str, method: str, schedule: str
+) -> None:
+    target, draft = llama(target_name, 0, True), llama(draft_name, 1, True)
+    for text in (REPEATS, PROMPTS[1]):
+        ids = prompt_ids(tokenizer(target_name), text)
+        out = dynaspec.generate(
+            target,
+            draft,
+            ids,
+            tokenizer=tokenizer(target_name),
+            assistant_tokenizer=tokenizer(draft_name),
+            cross_tokenizer=method,
+            prompt_lookup_num_tokens=4,
+            max_new_tokens=NEW_TOKENS,
+            num_assistant_tokens=6,
+            num_assistant_tokens_schedule=schedule,
+        )
+        assert out.sequences.tolist() == hf_greedy(target, ids, NEW_TOKENS).tolist(), text
+
+
+def alphabet_model(tok: Any) -> ScriptedModel:
+    """Greedy: after a lowercase letter the next one (z, then a), after anything else "a";
+    over `tok`'s own ids, so that two tokenizers' models write the same text."""
+    chars = {i: tok.decode([i]) for i in range(len(tok))}
+    ids = {char: i for i, char in reversed(chars.items()) if len(char) == 1}
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def next_token(prefix: tuple[int, ...]) -> int:
+        last = chars.get(prefix[-1], "") if prefix else ""
+        following = letters[(letters.index(last) + 1) % 26] if last and last in letters else "a"
+        return ids[following]
+
+    return ScriptedModel.greedy(next_token, len(tok))
+
+
+@pytest.mark.parametrize("method", ["string", "intersection"])
+def test_the_draft_carries_on_after_an_accepted_copy(method: str) -> None:
+    permuted, _ = permuted_tokenizer()
+    target, draft = alphabet_model(bytes_tokenizer()), alphabet_model(permuted)
+    ids = prompt_ids(bytes_tokenizer(), "abcdefghijklmnopqrstuvwxyz. abc")
+    out = dynaspec.generate(
+        target,
+        draft,
+        ids,
+        tokenizer=bytes_tokenizer(),
+        assistant_tokenizer=permuted,
+        cross_tokenizer=method,
+        prompt_lookup_num_tokens=3,
+        max_new_tokens=40,
+        num_assistant_tokens=5,
+        num_assistant_tokens_schedule="constant",
+    )
+    alone = dynaspec.generate(target, None, ids, max_new_tokens=40)
+    assert out.sequences.tolist() == alone.sequences.tolist()
+    both = [r for r in out.stats.rounds if r.num_copied and r.num_model]
+    assert both, [(r.num_copied, r.num_model) for r in out.stats.rounds]
+    # Copies, then the draft's tokens after them, accepted in the same round.
+    assert all(r.num_accepted == r.num_drafted for r in both), [
+        (r.num_copied, r.num_model, r.num_accepted) for r in both
+    ]
+
+
+# ---------------------------------------------------------------------------------------
 # The text of the committed tokens
 # ---------------------------------------------------------------------------------------
 
@@ -497,11 +572,6 @@ def test_a_batch_with_another_tokenizer_is_refused() -> None:
         dynaspec.generate(**pair(input_ids=ids, **TOKENIZER_PAIR))
 
 
-def test_prompt_lookup_with_another_tokenizer_is_refused() -> None:
-    with pytest.raises(UnsupportedOptionError, match="prompt lookup"):
-        dynaspec.generate(**pair(prompt_lookup_num_tokens=4, **TOKENIZER_PAIR))
-
-
 # ---- the command line: --cross-tokenizer -------------------------------------------------------
 @pytest.fixture(scope="module")
 def cross_folders(tmp_path_factory):
@@ -516,16 +586,18 @@ def cross_folders(tmp_path_factory):
     return str(folder / "target"), str(folder / "draft")
 
 
-def test_cli_drafts_with_another_tokenizer_and_keeps_the_output(cross_folders, capsys):
+@pytest.mark.parametrize("lookup", [[], ["--prompt-lookup", "4"]], ids=["draft", "hybrid"])
+def test_cli_drafts_with_another_tokenizer_and_keeps_the_output(cross_folders, capsys, lookup):
     from dynaspec import cli
 
     target, draft = cross_folders
     argv = ["generate", "--target", target, "--draft", draft, "--dtype", "float32",
-            "--max-new-tokens", "12", "--compare", "--raw"]  # fmt: skip
-    status = cli.main([*argv, "--cross-tokenizer", "The quick brown"])
+            "--max-new-tokens", "12", "--compare", "--raw", *lookup]  # fmt: skip
+    status = cli.main([*argv, "--cross-tokenizer", "The quick brown. The quick"])
     out, err = capsys.readouterr()
     assert status == 0, err
     assert "drafts through text" in err and "outputs identical" in out
+    assert ("prompt lookup" in out + err) == bool(lookup)
 
 
 def test_cli_names_the_flag_when_the_tokenizers_differ(cross_folders, capsys):

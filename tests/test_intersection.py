@@ -7,6 +7,7 @@
   BPE (draft) whose distribution puts mass on merged tokens the target does not have; the
   counts of whole sequences follow the target's exact (processed) distribution by a
   chi-square test, and fail it when the proposal's rows are laid out with a broken mapping.
+* The same with prompt lookup before the draft (copied tokens are point masses).
 * Greedy output equals transformers' own `target.generate` (random tiny Llamas over
   different tokenizers: tests/test_cross_tokenizer.py runs them with cross_tokenizer=).
 """
@@ -35,7 +36,7 @@ import dynaspec
 from dynaspec.core.config import LimitsConfig, SamplingConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.drafters import IntersectionDrafter
+from dynaspec.drafters import HybridDrafter, IntersectionDrafter, LookupConfig, PromptLookupDrafter
 from dynaspec.drafters.cross_tokenizer import draft_eos_ids
 from dynaspec.drafters.shared_vocab import shared_vocabulary, token_texts
 from dynaspec.errors import ConfigError, UnsupportedOptionError
@@ -100,20 +101,30 @@ def exact_distribution(length: int, config: SamplingConfig) -> dict[tuple[int, .
     return distribution
 
 
-def sample_sequences(config: SamplingConfig, length: int, num_samples: int) -> Counter:
-    """Counts of the `length` new tokens after "a" over `num_samples` runs of the loop with
-    an IntersectionDrafter (lookahead 3), one seeded sampler for all runs."""
+def sample_sequences(
+    config: SamplingConfig,
+    length: int,
+    num_samples: int,
+    prompt_text: str = "a",
+    lookup: bool = False,
+) -> Counter:
+    """Counts of the `length` new tokens after `prompt_text` (it ends in "a") over
+    `num_samples` runs of the loop with an IntersectionDrafter (lookahead 3), with prompt
+    lookup before it when `lookup` (the hybrid), one seeded sampler for all runs."""
     target_tok, draft_tok = bytes_tokenizer(), bpe_tokenizer()
     target, draft = letter_pair()
     eos = ((target_tok.eos_token_id,), draft_eos_ids(draft_tok, draft))
     shared = shared_vocabulary(target_tok, draft_tok, len(target_tok), eos)
     sampler = TokenSampler(config)
     limits = LimitsConfig(max_new_tokens=length)
-    prompt = prompt_ids(target_tok, "a")
+    prompt = prompt_ids(target_tok, prompt_text)
     counts: Counter = Counter()
     with torch.inference_mode():
         for _ in range(num_samples):
-            drafter = IntersectionDrafter(draft, target_tok, draft_tok, shared, eos[1])
+            drafter: Any = IntersectionDrafter(draft, target_tok, draft_tok, shared, eos[1])
+            if lookup:
+                copier = PromptLookupDrafter(LookupConfig(3, 2), len(target_tok), eos[0])
+                drafter = HybridDrafter(drafter, copier)
             out = decode(target, drafter, prompt, ConstantPolicy(3), sampler, limits)
             counts[tuple(out.sequences[0, prompt.shape[1] :].tolist())] += 1
     return counts
@@ -167,6 +178,14 @@ CONFIGS = [
 @pytest.mark.parametrize("config", CONFIGS, ids=["plain", "temperature-top-p"])
 def test_sampled_sequences_follow_the_target(config: SamplingConfig) -> None:
     counts = sample_sequences(config, 3, 600)
+    pvalue = chi_square_pvalue(counts, exact_distribution(3, config))
+    assert pvalue > ALPHA, f"sequences differ from the target's (p={pvalue:.2e})"
+
+
+def test_sampled_sequences_with_prompt_lookup_follow_the_target() -> None:
+    # Copies (point masses) first, the draft's shared-token proposals after them.
+    config = CONFIGS[0]
+    counts = sample_sequences(config, 3, 600, prompt_text="abcdbca", lookup=True)
     pvalue = chi_square_pvalue(counts, exact_distribution(3, config))
     assert pvalue > ALPHA, f"sequences differ from the target's (p={pvalue:.2e})"
 

@@ -102,7 +102,7 @@ def generate(
         kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
     )
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
-    method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings, lookup,
+    method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings,
                              cross_tokenizer)  # fmt: skip
     fresh = make_policy(spec, draft_cost_ratio(target, draft))  # checks the schedule's name
     policy = fresh if policy is None else policy
@@ -139,13 +139,12 @@ def _check_settings(
     texts: tuple[Any, Any] | None,
     prompt: torch.Tensor,
     settings: Any,
-    lookup: Any,
     cross_tokenizer: str,
 ) -> str | None:
     """The checks that need the settings: the lengths (a draft with another tokenizer counts
     its own tokens, and stops drafting at its context's end) and what such a draft does not
-    do yet. Returns how such a draft drafts (None: there is none)."""
-    method = check_text_options(texts, settings.sampling.do_sample, lookup, cross_tokenizer)
+    do. Returns how such a draft drafts (None: there is none)."""
+    method = check_text_options(texts, settings.sampling.do_sample, cross_tokenizer)
     models = [target] + ([draft] if draft is not None and texts is None else [])
     check_lengths(models, prompt.shape[1], settings.limits.max_new_tokens)
     return method

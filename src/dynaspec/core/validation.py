@@ -175,7 +175,7 @@ def cross_tokenizer_method(method: str, do_sample: bool) -> str:
 
 
 def check_text_options(
-    texts: tuple[Any, Any] | None, do_sample: bool, lookup: Any, method: str = "auto"
+    texts: tuple[Any, Any] | None, do_sample: bool, method: str = "auto"
 ) -> str | None:
     """The method a draft with another tokenizer drafts by (cross_tokenizer_method), None
     without such a draft. UnsupportedOptionError for what such a draft does not do (yet)."""
@@ -187,11 +187,6 @@ def check_text_options(
             "a draft with another tokenizer drafting through text (cross_tokenizer='string') "
             "is greedy only: pass cross_tokenizer='intersection' to sample (the draft proposes "
             "the tokens both tokenizers share), or do_sample=False"
-        )
-    if lookup is not None:
-        raise UnsupportedOptionError(
-            "prompt lookup (prompt_lookup_num_tokens=) does not combine with a draft of "
-            "another tokenizer yet: drop one of the two"
         )
     return method
 

@@ -53,14 +53,17 @@ def make_drafter(
     """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
     config), both (the hybrid), or None (the target alone). With `texts`, the target's and
     the draft's tokenizers, the draft model drafts through text (`cross_tokenizer`
-    "string") or over the tokens both share ("intersection")."""
+    "string") or over the tokens both share ("intersection"), with prompt lookup or not."""
+    model: ModelDrafter | CrossTokenizerDrafter | None = None
     if texts is not None and draft is not None:
         draft_eos = draft_eos_ids(texts[1], draft)
         if cross_tokenizer == "intersection":
             shared = shared_vocabulary(*texts, vocab_size, (eos_token_ids, draft_eos))
-            return IntersectionDrafter(draft, texts[0], texts[1], shared, draft_eos)
-        return CrossTokenizerDrafter(draft, texts[0], texts[1], draft_eos)
-    model = ModelDrafter(draft) if draft is not None else None
+            model = IntersectionDrafter(draft, texts[0], texts[1], shared, draft_eos)
+        else:
+            model = CrossTokenizerDrafter(draft, texts[0], texts[1], draft_eos)
+    elif draft is not None:
+        model = ModelDrafter(draft)
     if lookup is None:
         return model
     copier = PromptLookupDrafter(lookup, vocab_size, eos_token_ids)

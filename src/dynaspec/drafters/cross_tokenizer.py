@@ -273,16 +273,32 @@ class CrossTokenizerDrafter:
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
     ) -> Proposal:
+        return self.draft(tokens, plan.model, stopper, sampler, eos_token_ids)
+
+    def draft(
+        self,
+        tokens: torch.Tensor,
+        lookahead: int,
+        stopper: Stopper,
+        sampler: TokenSampler,
+        eos_token_ids: tuple[int, ...],
+        first_index: int = 0,
+    ) -> Proposal:
+        """Up to `lookahead` target tokens after `tokens` (committed, then any tokens prompt
+        lookup copied this round: `first_index` of them, which offsets the DraftStep index
+        the stopper sees; a rejected copy is forgotten by `crop`)."""
         if sampler.config.do_sample:
             raise UnsupportedOptionError(
                 "a draft with another tokenizer drafting through text is greedy only: pass "
                 "do_sample=False, or draft over the shared tokens (IntersectionDrafter)"
             )
         started = device_clock(self.device)
-        lookahead, pending = self._resume(tokens, plan.model)
+        lookahead, pending = self._resume(tokens, lookahead)
         if lookahead <= 0:
             return Proposal(tokens.new_empty(0), None, (), draft_time_s=0.0)
-        drafted, confidences, reason = self._draft(pending, lookahead, stopper, tokens.numel())
+        drafted, confidences, reason = self._draft(
+            pending, lookahead, stopper, tokens.numel(), first_index
+        )
         ended = reason == StopReason.EOS
         text, spans, complete = self._drafted_text(drafted[:-1] if ended else drafted)
         converted = self._to_target(text, spans, confidences)
@@ -290,8 +306,8 @@ class CrossTokenizerDrafter:
         if ended and complete and eos_token_ids and converted is not None:
             ids.append(eos_token_ids[0])  # the draft's text is complete: propose the end
             probs.append(confidences[-1])
-        if len(ids) > plan.model:
-            ids, probs, reason = ids[: plan.model], probs[: plan.model], StopReason.MAX
+        if len(ids) > lookahead:
+            ids, probs, reason = ids[:lookahead], probs[:lookahead], StopReason.MAX
         return Proposal(
             tokens=torch.tensor(ids, dtype=torch.long, device=tokens.device),
             probs=None,
@@ -386,13 +402,14 @@ class CrossTokenizerDrafter:
 
     # ---- drafting ---------------------------------------------------------------------
     def _draft(
-        self, pending: list[int], lookahead: int, stopper: Stopper, position: int
+        self, pending: list[int], lookahead: int, stopper: Stopper, position: int, first: int = 0
     ) -> tuple[list[int], list[float], StopReason]:
         """Up to `lookahead` greedy draft tokens after `pending` (fed first), their
         probabilities, and why drafting stopped. As ModelDrafter waits for the device: per
         token for a stopper that needs confidences, else once, and the stop rules run after.
         A step's position counts the target tokens committed, then the draft tokens drafted
-        (the two vocabularies do not align)."""
+        (the two vocabularies do not align); its index counts from `first` (copied tokens
+        before the draft's)."""
         per_token = stopper.needs_confidence
         feed = torch.tensor(pending, dtype=torch.long, device=self.device)
         checks: list[torch.Tensor] = []  # per token: (token, probability, finite), float64
@@ -406,7 +423,7 @@ class CrossTokenizerDrafter:
             checks.append(torch.stack([token.double(), probability.double(), finite.double()]))
             feed = token.view(1)
             if per_token:  # one transfer: the token, its probability and the check
-                step, why = self._step(checks[-1].tolist(), index, position, stopper)
+                step, why = self._step(checks[-1].tolist(), index, position, stopper, first)
                 steps.append(step)
                 if why is not None:
                     reason = why
@@ -416,7 +433,7 @@ class CrossTokenizerDrafter:
             table = torch.stack(checks).tolist()
             fed = [int(values[0]) for values in table]
             for index, values in enumerate(table):
-                step, why = self._step(values, index, position, stopper)
+                step, why = self._step(values, index, position, stopper, first)
                 steps.append(step)
                 if why is not None:
                     reason = why
@@ -425,13 +442,13 @@ class CrossTokenizerDrafter:
         return [step.token for step in steps], [step.confidence for step in steps], reason
 
     def _step(
-        self, values: list[float], index: int, position: int, stopper: Stopper
+        self, values: list[float], index: int, position: int, stopper: Stopper, first: int
     ) -> tuple[DraftStep, StopReason | None]:
         """The DraftStep of the `index`-th drafted token (host values), and why drafting
         stops there (None: on)."""
         token, confidence, finite = values
         check_finite(finite == 1.0, self.model)
-        step = DraftStep(index, position + index, int(token), confidence)
+        step = DraftStep(first + index, position + index, int(token), confidence)
         if step.token in self.draft_eos:
             return step, StopReason.EOS
         if stopper.should_stop(step):

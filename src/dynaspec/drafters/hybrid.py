@@ -7,7 +7,9 @@ first, then at most some model tokens. Everything it sees is a function of the c
 tokens, never of tokens drafted in the same round, so the choice of source cannot bias
 sampling. When the model carries on, the m copied tokens are fed to it in its first forward
 (with any committed tokens it missed), and it drafts after them as usual; its cache then
-holds the copied tokens too, and the loop's crop removes the rejected ones.
+holds the copied tokens too, and the loop's crop removes the rejected ones. The model is a
+draft of the target's vocabulary (`ModelDrafter`) or of another tokenizer
+(`CrossTokenizerDrafter`, `IntersectionDrafter`: the copied tokens reach it as text).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from dynaspec.core.protocols import Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, Proposal
 from dynaspec.core.sampling import TokenSampler
+from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.prompt_lookup import PromptLookupDrafter, copy_proposal
 
@@ -26,7 +29,9 @@ from dynaspec.drafters.prompt_lookup import PromptLookupDrafter, copy_proposal
 class HybridDrafter:
     """Prompt lookup first, then the draft model, as the round's plan says."""
 
-    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter) -> None:
+    def __init__(
+        self, model: ModelDrafter | CrossTokenizerDrafter, lookup: PromptLookupDrafter
+    ) -> None:
         self.model = model
         self.lookup = lookup
 
@@ -35,7 +40,7 @@ class HybridDrafter:
         self.lookup.begin(input_ids, max_length=max_length)
 
     def offer(self, tokens: torch.Tensor) -> DraftOptions:
-        return replace(self.lookup.offer(tokens), catchup=self.model.catchup(tokens.numel()))
+        return replace(self.lookup.offer(tokens), catchup=self.model.offer(tokens).catchup)
 
     def propose(
         self,

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.protocols import ModelAdapter, Stopper
-from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
+from dynaspec.core.round import DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
 from dynaspec.core.validation import check_finite
@@ -46,21 +46,23 @@ class IntersectionDrafter(CrossTokenizerDrafter):
         super().__init__(model, target_tokenizer, draft_tokenizer, draft_eos)
         self.shared = shared.to(self.device)
 
-    def propose(
+    def draft(
         self,
         tokens: torch.Tensor,
-        options: DraftOptions,
-        plan: DraftPlan,
+        lookahead: int,
         stopper: Stopper,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
+        first_index: int = 0,
     ) -> Proposal:
+        """Up to `lookahead` target tokens after `tokens` (committed, then any tokens prompt
+        lookup copied this round: `first_index` of them, which offsets the DraftStep index)."""
         started = device_clock(self.device)
-        lookahead, pending = self._resume(tokens, plan.model)
+        lookahead, pending = self._resume(tokens, lookahead)
         if lookahead <= 0:
             return Proposal(tokens.new_empty(0), None, (), draft_time_s=0.0)
         drafted, rows, steps, reason = self._draft_shared(
-            pending, lookahead, tokens, stopper, sampler, eos_token_ids
+            pending, lookahead, tokens, stopper, sampler, eos_token_ids, first_index
         )
         kept = len(steps)
         return Proposal(
@@ -81,6 +83,7 @@ class IntersectionDrafter(CrossTokenizerDrafter):
         stopper: Stopper,
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
+        first: int = 0,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[DraftStep], StopReason]:
         """Up to `lookahead` target tokens after `pending` (draft ids, fed first): each one's
         (0-dim) id, its (V_target,) distribution (sampling only), the DraftSteps the stopper
@@ -106,7 +109,7 @@ class IntersectionDrafter(CrossTokenizerDrafter):
             feed = fed.clamp_min(0).view(1)
             if per_token:  # one transfer: the token, its confidence, the checks
                 step, why = self._shared_step(checks[-1].tolist(), index, tokens, stopper,
-                                              eos_token_ids)  # fmt: skip
+                                              eos_token_ids, first)  # fmt: skip
                 steps.append(step)
                 if why is not None:
                     reason = why
@@ -114,7 +117,7 @@ class IntersectionDrafter(CrossTokenizerDrafter):
         table = torch.stack(checks).tolist() if checks else []
         if not per_token:  # one transfer for the whole draft, then the rules
             for index, values in enumerate(table):
-                step, why = self._shared_step(values, index, tokens, stopper, eos_token_ids)
+                step, why = self._shared_step(values, index, tokens, stopper, eos_token_ids, first)
                 steps.append(step)
                 if why is not None:
                     reason = why
@@ -130,13 +133,15 @@ class IntersectionDrafter(CrossTokenizerDrafter):
         tokens: torch.Tensor,
         stopper: Stopper,
         eos_token_ids: tuple[int, ...],
+        first: int,
     ) -> tuple[DraftStep, StopReason | None]:
-        """The DraftStep of the `index`-th drafted token (host values), and why drafting
-        stops there (None: on). A token the draft has no id for (only when the processors
+        """The DraftStep of the `index`-th drafted token (host values; its index in the round
+        counts from `first`, the copied tokens before it), and why drafting stops there
+        (None: on). A token the draft has no id for (only when the processors
         left no shared token possible) is proposed, and the draft stops after it."""
         token, confidence, finite, fed = values
         check_finite(finite == 1.0, self.model)
-        step = DraftStep(index, tokens.numel() + index, int(token), confidence)
+        step = DraftStep(first + index, tokens.numel() + index, int(token), confidence)
         if step.token in eos_token_ids:
             return step, StopReason.EOS
         if stopper.should_stop(step):

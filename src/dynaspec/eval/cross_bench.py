@@ -8,6 +8,8 @@ one untimed warm-up each; the order of the methods turns from prompt to prompt. 
     string-dynamic         through text, transformers' dynamic rule (20, confidence 0.4)
     intersection-adaptive  over the shared tokens (cross_tokenizer="intersection"), adaptive
     intersection-dynamic   over the shared tokens, dynamic
+    string-hybrid          through text, adaptive, with prompt lookup (up to 32 copied tokens,
+                           as `dynaspec bench`'s hybrids)
     hf-uag                 transformers' universal assisted generation (assistant_tokenizer=),
                            its default dynamic schedule
     eager-target           with --static: dynaspec, the transformers target alone
@@ -44,6 +46,7 @@ SCHEDULES = {
         "num_assistant_tokens": 20,
         "assistant_confidence_threshold": 0.4,
     },
+    "hybrid": {"num_assistant_tokens_schedule": "adaptive", "prompt_lookup_num_tokens": 32},
 }
 METHODS = (
     "target",
@@ -51,6 +54,7 @@ METHODS = (
     "string-dynamic",
     "intersection-adaptive",
     "intersection-dynamic",
+    "string-hybrid",
     "hf-uag",
     "eager-target",
 )
