@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_models import hf_greedy, noisy_copy, random_prompts
+from tiny_models import hf_greedy, noisy_copy, random_prompts, tiny_model
 
 import dynaspec
 from dynaspec.backends.static import make_fast
@@ -123,3 +123,16 @@ def test_without_past_recording_the_model_is_refused_before_the_first_token(
 def test_the_static_path_refuses_a_sliding_window_up_front() -> None:
     with pytest.raises(UnsupportedModelError, match="sliding window of 4.*without static=True"):
         make_fast(window_model("qwen2"), static=True)
+
+
+def test_a_draft_the_fast_path_cannot_run_stays_a_transformers_model(capsys) -> None:
+    # A draft of another family (Gemma 3's sliding-window layers) beside a static target:
+    # the draft keeps transformers' forward, and says so; a Llama draft gets the fast path.
+    from dynaspec.backends.static import StaticAdapter
+    from dynaspec.models.loading import _fast_draft
+
+    model = window_model("mistral")
+    assert _fast_draft(model, {"static": True, "draft": True}, "gemma") is model
+    assert "gemma: the draft runs on transformers' forward" in capsys.readouterr().err
+    llama = tiny_model("llama", vocab_size=64, hidden_size=32, max_length=64)
+    assert isinstance(_fast_draft(llama, {"static": True, "draft": True}, "l"), StaticAdapter)

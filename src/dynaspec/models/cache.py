@@ -424,7 +424,7 @@ def build_folder(
     )
     try:
         if progress:
-            _say(f"reading {gguf_path.name} (about a minute before transformers' bars show)")
+            say(f"reading {gguf_path.name} (about a minute before transformers' bars show)")
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 gguf_path.parent,
@@ -444,7 +444,7 @@ def build_folder(
             model.generation_config.eos_token_id = list(eos_token_ids)
         if progress:
             size = model.num_parameters() * dtype.itemsize / 1e9
-            _say(f"writing the {dtype_name(dtype)} folder ({size:.1f} GB, up to half a minute)")
+            say(f"writing the {dtype_name(dtype)} folder ({size:.1f} GB, up to half a minute)")
         model.save_pretrained(temp)
         tokenizer.save_pretrained(temp)
         marker = {
@@ -521,20 +521,21 @@ def ensure_preset_folder(
         progress=progress,
     )
     if progress:
-        _say(f"{preset.name}: converted into {folder}; loading it")
+        say(f"{preset.name}: converted into {folder}; loading it")
     if gguf_path == joined and not had_joined and not keep_gguf:
         joined.unlink(missing_ok=True)
     return folder
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """One line for the user, on stderr."""
     print(line, file=sys.stderr, flush=True)
 
 
 def say_converting(name: str, dtype: torch.dtype) -> None:
     """One line on stderr before the first use's silent part (checking the file, then
     transformers reading the whole GGUF before its progress bars show)."""
-    _say(
+    say(
         f"{name}: first use: converting the GGUF to a transformers folder in "
         f"{dtype_name(dtype)}, once (checking and reading the file takes up to a minute "
         "before progress bars show)"

@@ -22,6 +22,7 @@ from dynaspec.errors import (
     IncompatibleModelsError,
     MissingDependencyError,
     ModelNotAvailableError,
+    UnsupportedModelError,
     one_line,
 )
 from dynaspec.models import cache as model_cache
@@ -540,8 +541,21 @@ def _load_named_models(
                 cli_message=f"{error}; {own_words}: pass --cross-tokenizer",
             ) from error
         own = draft_tokenizer
-    draft_model = make_fast(draft_model, **draft_fast, release=True)
-    return NamedModels(target_model, draft_model, tokenizer, own)
+    return NamedModels(target_model, _fast_draft(draft_model, draft_fast, names[1]), tokenizer, own)
+
+
+def _fast_draft(model: PreTrainedModel, options: dict[str, Any], name: str) -> Any:
+    """The draft on the fast path where it can run there; else (a draft of another family,
+    e.g. Gemma 3's sliding-window layers) the transformers model, said on stderr: the
+    target's fast path is what verification needs, and any draft keeps the output."""
+    try:
+        return make_fast(model, **options, release=True)
+    except UnsupportedModelError:
+        model_cache.say(
+            f"{name}: the draft runs on transformers' forward (the fast path does not run "
+            f"{type(model).__name__}); the target keeps its fast path"
+        )
+        return model
 
 
 def dtype_choice(dtype: str | None, *, pair: str | None = None) -> DtypeChoice:
