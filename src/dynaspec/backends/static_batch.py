@@ -204,4 +204,9 @@ def batch_adapter(model: Any) -> StaticBatchAdapter | HFBatchAdapter:
     transformers' (`HFBatchAdapter`)."""
     if isinstance(model, StaticAdapter):
         return StaticBatchAdapter(model)
+    if not hasattr(model, "config"):  # another engine's adapter (llama.cpp's draft)
+        raise UnsupportedOptionError(
+            f"a {type(model).__name__} decodes one sequence at a time: for batches pass a "
+            "transformers model or a static adapter (in the CLI: drop --draft-engine llamacpp)"
+        )
     return HFBatchAdapter(model)

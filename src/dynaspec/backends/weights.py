@@ -13,9 +13,10 @@ from dynaspec.backends.static import StaticAdapter
 
 
 def weight_bytes(model: Any) -> int | None:
-    """Bytes of the weights of a transformers model, an adapter of one or a fast adapter
-    (tied weights once); None for anything else (a scripted model, another engine)."""
-    if isinstance(model, StaticAdapter):
+    """Bytes of the weights of a transformers model, an adapter of one, a fast adapter (tied
+    weights once) or any adapter that tells (`weight_bytes()`: llama.cpp's, its GGUF's
+    size); None for anything else (a scripted model)."""
+    if isinstance(model, StaticAdapter) or callable(getattr(model, "weight_bytes", None)):
         return model.weight_bytes()
     if isinstance(model, HFAdapter):
         model = model.model

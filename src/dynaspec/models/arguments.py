@@ -130,7 +130,8 @@ def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 
 def add_fast_arguments(parser: ArgumentTarget) -> None:
-    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static)."""
+    """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static);
+    --draft-engine: the draft run by llama.cpp (backends/llamacpp)."""
     parser.add_argument(
         "--static",
         action="store_true",
@@ -154,10 +155,19 @@ def add_fast_arguments(parser: ArgumentTarget) -> None:
         default=None,
         help="the draft's quantization, apart from the target's (default: as --quantize)",
     )
+    parser.add_argument(
+        "--draft-engine",
+        choices=("torch", "llamacpp"),
+        default="torch",
+        help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp, "
+        "the fastest engine at one token a forward on a CPU; needs llama-cpp-python "
+        '(pip install "dynaspec[llamacpp]"). The output stays the target\'s',
+    )
 
 
 def fast_options(args: argparse.Namespace) -> dict[str, Any]:
-    """load_models() keywords static=, compile=, quantize=, draft_quantize= from the flags."""
+    """load_models() keywords static=, compile=, quantize=, draft_quantize=, draft_engine=
+    from the flags."""
     options: dict[str, Any] = {
         "static": bool(getattr(args, "static", False)),
         "compile": bool(getattr(args, "compile", False)),
@@ -166,6 +176,8 @@ def fast_options(args: argparse.Namespace) -> dict[str, Any]:
     draft_quantize = getattr(args, "draft_quantize", None)
     if draft_quantize is not None:
         options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
+    if getattr(args, "draft_engine", "torch") != "torch":
+        options["draft_engine"] = args.draft_engine
     return options
 
 
@@ -174,7 +186,8 @@ def describe_fast(args: argparse.Namespace) -> str:
     ("; fast path: target ...; draft ..."), or "" when none is given."""
     options = fast_options(args)
     draft_quantize = options.get("draft_quantize", options["quantize"])
-    if not (options["static"] or options["compile"] or options["quantize"] or draft_quantize):
+    fast = options["static"] or options["compile"] or options["quantize"] or draft_quantize
+    if not (fast or options.get("draft_engine")):
         return ""
 
     def words(quantize: str | None) -> str:
@@ -188,9 +201,11 @@ def describe_fast(args: argparse.Namespace) -> str:
         return " + ".join(parts)
 
     text = f"; fast path: target {words(options['quantize'])}"
-    if not getattr(args, "no_draft", False):
-        text += f"; draft {words(draft_quantize)}"
-    return text
+    if getattr(args, "no_draft", False):
+        return text
+    if options.get("draft_engine") == "llamacpp":
+        return text + "; draft llama.cpp on its GGUF"
+    return text + f"; draft {words(draft_quantize)}"
 
 
 def add_dtype_and_threads(

@@ -8,12 +8,13 @@ safetensors in seconds.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static import make_fast
 from dynaspec.core.validation import eos_ids
 from dynaspec.errors import (
@@ -36,6 +37,7 @@ from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of eve
     choose_dtype,
     machine_dtype,
 )
+from dynaspec.models.llamacpp_draft import SAME, llamacpp_gguf
 from dynaspec.models.presets import (
     DEFAULT_PAIR,
     ModelPreset,
@@ -64,7 +66,7 @@ CacheDirArg = str | os.PathLike[str] | None
 
 # Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 # load_pair's default draft_quantize: quantize the draft as the target.
-SAME_AS_TARGET = "same"
+SAME_AS_TARGET = SAME  # draft_quantize: as the target's quantize
 
 _TOKENIZER_PROBE = (
     "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + "
@@ -461,6 +463,7 @@ def load_model_set(
     draft_quantize: str | None = SAME_AS_TARGET,
     with_draft: bool = True,
     other_tokenizer: bool = False,
+    draft_engine: str = "torch",
 ) -> NamedModels:
     """The target, the draft and their tokenizers.
 
@@ -475,7 +478,16 @@ def load_model_set(
     with_draft=False: the draft is neither loaded nor returned (None), e.g. for --no-draft.
     other_tokenizer: a named `draft` of another family keeps its own tokenizer
     (`draft_tokenizer`, for generate()'s assistant_tokenizer=) instead of being refused.
+    draft_engine: "torch", or "llamacpp": the draft's GGUF (`draft` a .gguf file or a
+    preset, else the pair's draft) run by llama.cpp (backends/llamacpp.py).
     """
+    if draft_engine == "llamacpp" and with_draft:
+        gguf = llamacpp_gguf(pair, target, draft, draft_quantize, other_tokenizer)
+        options = {"static": static, "compile": compile, "quantize": quantize}
+        alone = load_model_set(
+            pair, target=target, dtype=dtype, threads=threads, with_draft=False, **options
+        )
+        return replace(alone, draft=LlamaCppAdapter(gguf, threads=threads))
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
     fast = {"static": static, "compile": compile, "quantize": quantize}
