@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class Measurement:
     """The measurements of one generation. Lists are tuples here, lists in the JSON."""
 
-    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp"
+    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp" | "openvino"
     new_tokens: int
     wall_time_s: float  # one clock around the whole call
     tokens_per_s: float | None
@@ -33,6 +33,7 @@ class Measurement:
     weight_bytes: int | None = None  # fast
     fast_models: tuple[str, ...] | None = None  # fast
     gguf: str | None = None  # llamacpp
+    openvino_ir: str | None = None  # openvino: the IR folder(s) it ran, draft after target
 
 
 # The fields some families have: None is left out of the JSON (never written as null).
@@ -43,6 +44,7 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
     "weight_bytes",
     "fast_models",
     "gguf",
+    "openvino_ir",
 )
 
 
