@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes the virtual environment in which `dynaspec bench` exports a model folder to OpenVINO IR
-# (optimum-cli export openvino) for its openvino-* peers (benchmarks/README.md, "Peers").
+# (optimum-cli export openvino) for its openvino-* peers (benchmarks/README.md, "Other engines
+# as peers").
 # It stays apart from the main install: optimum-intel 2.2 pins transformers < 5.6 and pulls in
 # torchvision, whose PyPI build is made for another torch and makes the export fail, so the
 # torchvision that matches torch 2.13 is let in for the resolver and removed again (nothing the

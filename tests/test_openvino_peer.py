@@ -230,7 +230,8 @@ def test_openvino_on_the_tiny_pair_end_to_end(tmp_path, monkeypatch, keep_thread
     transformers' greedy output, speculative decoding and prompt lookup equal the target's."""
     from dynaspec.models.tiny import tiny_pair
 
-    monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(openvino_peer.EXPORT_PYTHON_ENV, str(_export_python()))
+    monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path / "cache"))  # exports here
     target, draft, tokenizer = tiny_pair()
     folders = {}
     for role, model in (("target", target), ("draft", draft)):
