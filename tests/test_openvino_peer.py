@@ -208,6 +208,41 @@ def test_peer_records_compare_with_their_own_target_and_keep_their_ids(tmp_path)
     assert line["family"] == "openvino" and line["output_ids"] == [5, 6, 8]
 
 
+class _FakePipeline:
+    def __init__(self, path, device, **kwargs):
+        self.kwargs, self.calls = kwargs, []
+
+    def generate(self, prompt, config):
+        self.calls.append((prompt.shape[1], config.max_new_tokens))
+        return SimpleNamespace(tokens=[[7] * config.max_new_tokens])
+
+
+def _fake_peers(monkeypatch):
+    genai = SimpleNamespace(
+        GenerationConfig=SimpleNamespace,
+        LLMPipeline=_FakePipeline,
+        draft_model=lambda path, device, **props: ("draft", path, props),
+    )
+    monkeypatch.setattr(openvino_peer, "import_genai", lambda: genai)
+    monkeypatch.setattr(openvino_peer, "ensure_ir", lambda folder, w, **_: Path(f"/ir/{w}"))
+    return openvino_peer.OpenVinoPeers("target", "draft", threads=3)
+
+
+def test_fp32_pipelines_are_held_one_at_a_time_and_warmed_up_untimed(monkeypatch):
+    pytest.importorskip("openvino", reason='needs openvino: pip install -e ".[openvino]"')
+    peers = _fake_peers(monkeypatch)
+    ids = torch.arange(40).unsqueeze(0)
+    for name in ("openvino-target", "openvino-spec", "openvino-target-fp32", "openvino-spec-fp32"):
+        assert peers.generate(name, ids, 6, [2]).new_ids == [7] * 6
+    assert sorted(peers.pipelines) == [("draft", "fp32"), ("draft", "int8"), ("target", "int8")]
+    spec = peers.pipelines[("draft", "fp32")]
+    assert spec.kwargs["INFERENCE_PRECISION_HINT"] == "f32" and spec.kwargs["draft_model"]
+    assert spec.calls == [(16, openvino_peer.WARMUP_TOKENS), (40, 6)]  # warm-up, then timed
+    peers.generate("openvino-target-fp32", ids, 6, [2])  # rebuilt: the spec one is dropped
+    assert ("draft", "fp32") not in peers.pipelines and peers.builds["target-fp32"] == 2
+    assert peers.pipelines[("target", "int8")].calls == [(16, 4), (40, 6)]  # kept: int8
+
+
 # ---- end to end with the real packages --------------------------------------------------
 
 
