@@ -200,6 +200,8 @@ def test_peer_records_compare_with_their_own_target_and_keep_their_ids(tmp_path)
     assert (spec.matches_target, spec.mismatch, spec.output_ids) == (False, None, (5, 6, 8))
     assert (lookup.matches_target, lookup.reference_method) == (True, "openvino-target")
     assert lookup.measurement.tokens_per_s == pytest.approx(6.0)
+    assert (lookup.measurement.rounds, lookup.measurement.target_forwards) == (None, None)
+    assert by_method["openvino-target"].measurement.target_forwards == 3  # one per token
     assert by_method["openvino-target"].output_ids == (5, 6, 7)
     assert [r.method for r in result.mismatches] == ["openvino-spec"]
     assert not any(bench._is_bug(r) for r in result.mismatches)  # another engine's, no BUG

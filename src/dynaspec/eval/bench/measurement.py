@@ -14,11 +14,11 @@ class Measurement:
     new_tokens: int
     wall_time_s: float  # one clock around the whole call
     tokens_per_s: float | None
-    rounds: int
+    rounds: int | None  # None: not known (another engine's drafting, timed from outside)
     mean_accepted_per_round: float | None
     acceptance_rate: float | None
-    draft_forwards: int
-    target_forwards: int
+    draft_forwards: int | None  # None: not known, as rounds
+    target_forwards: int | None
     draft_time_s: float | None  # the loop's own split (dynaspec and fast only)
     target_time_s: float | None
     other_time_s: float | None

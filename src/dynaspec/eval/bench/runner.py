@@ -17,6 +17,7 @@ from dynaspec.errors import ConfigError
 from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, LLAMACPP_LOOKUP, FastModels
 from dynaspec.eval.bench.measurement import Measurement, MethodOutput, rate
 from dynaspec.eval.hf_peer import NEUTRAL_GREEDY_KWARGS, HFAssistConfig, HFPeer
+from dynaspec.eval.openvino_peer import OPENVINO_METHODS
 from dynaspec.generation import generate
 from dynaspec.policies import AdaptivePolicy, OraclePolicy
 
@@ -208,7 +209,8 @@ def run_llamacpp(runner: MethodRunner, call: MethodCall, *, lookup: bool = False
         name = LLAMACPP_LOOKUP if lookup else LLAMACPP
         raise ConfigError(f"method {name!r} needs a LlamaCppPeer")
     result = peer.generate(call.input_ids, runner.max_new_tokens, _eos_list(runner))
-    return _peer_output("llamacpp", result.new_ids, result.wall_time_s, gguf=peer.path)
+    wall = result.wall_time_s
+    return _peer_output("llamacpp", result.new_ids, wall, drafts=lookup, gguf=peer.path)
 
 
 def run_openvino(runner: MethodRunner, call: MethodCall) -> MethodOutput:
@@ -218,7 +220,9 @@ def run_openvino(runner: MethodRunner, call: MethodCall) -> MethodOutput:
     result = runner.openvino.generate(
         call.name, call.input_ids, runner.max_new_tokens, _eos_list(runner)
     )
-    return _peer_output("openvino", result.new_ids, result.wall_time_s, openvino_ir=result.ir)
+    drafts = OPENVINO_METHODS[call.name].pipeline != "target"
+    wall = result.wall_time_s
+    return _peer_output("openvino", result.new_ids, wall, drafts=drafts, openvino_ir=result.ir)
 
 
 def _eos_list(runner: MethodRunner) -> list[int]:
@@ -226,18 +230,22 @@ def _eos_list(runner: MethodRunner) -> list[int]:
     return [int(e) for e in eos if e is not None]
 
 
-def _peer_output(family: str, new_ids: Sequence[int], wall: float, **where: Any) -> MethodOutput:
-    """The output of another engine's method, timed from outside (no per-round facts)."""
+def _peer_output(
+    family: str, new_ids: Sequence[int], wall: float, *, drafts: bool, **where: Any
+) -> MethodOutput:
+    """The output of another engine's method, timed from outside: one target forward per
+    token when it decodes alone (`drafts` False), its rounds and forwards unknown otherwise."""
     count = len(new_ids)
+    forwards = None if drafts else count
     measurement = Measurement(
         family=family,
         new_tokens=count,
         wall_time_s=wall,
         tokens_per_s=rate(count, wall),
-        rounds=count,  # not known from outside: one per token
+        rounds=forwards,
         mean_accepted_per_round=None,
         acceptance_rate=None,
-        **_outside_loop(0, count, wall),
+        **_outside_loop(None if drafts else 0, forwards, wall),
         accepted_per_round=(),
         drafted_per_round=(),
         **where,
@@ -245,7 +253,9 @@ def _peer_output(family: str, new_ids: Sequence[int], wall: float, **where: Any)
     return MethodOutput(measurement, tuple(int(token) for token in new_ids))
 
 
-def _outside_loop(draft_forwards: int, target_forwards: int, wall: float) -> dict[str, Any]:
+def _outside_loop(
+    draft_forwards: int | None, target_forwards: int | None, wall: float
+) -> dict[str, Any]:
     """The fields of a method timed from outside only (no split of its time, no stop
     reasons)."""
     return {
