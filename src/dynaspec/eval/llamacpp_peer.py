@@ -5,6 +5,12 @@ A CPU user would otherwise pick llama.cpp, so `dynaspec bench` runs it on the sa
 outside like every other method. Its weights are the GGUF's own quantization (q4_k_m for the
 default pair), so its output is not expected to equal the bf16 target's.
 
+With `prompt_lookup=N` the same model drafts with llama-cpp-python's
+`LlamaPromptLookupDecoding(num_pred_tokens=N)` (llamacpp-prompt-lookup): greedy and lossless
+up to the numerics of a forward over several tokens, so its output is compared with
+llamacpp-target's. A draft makes llama-cpp-python keep the logits of every position
+(`logits_all`), which costs the target alone nothing when it has a model of its own.
+
 llama-cpp-python builds llama.cpp from source at install: `pip install "dynaspec[llamacpp]"`
 with `CMAKE_ARGS="-DGGML_NATIVE=ON"` for the CPU it runs on (about 5 minutes on 2 cores).
 """
@@ -38,20 +44,32 @@ class LlamaCppResult:
 class LlamaCppPeer:
     """A llama.cpp model on a GGUF file, decoding one prompt at a time, greedy."""
 
-    def __init__(self, gguf_path: str | os.PathLike[str], threads: int, context: int = 4096):
+    def __init__(
+        self,
+        gguf_path: str | os.PathLike[str],
+        threads: int,
+        context: int = 4096,
+        *,
+        prompt_lookup: int | None = None,
+    ):
+        method = "llamacpp-prompt-lookup" if prompt_lookup else "llamacpp-target"
         try:
             from llama_cpp import Llama
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         except ImportError as error:
             raise MissingDependencyError(
-                f"the llamacpp-target method needs llama-cpp-python: {INSTALL_HINT}"
+                f"the {method} method needs llama-cpp-python: {INSTALL_HINT}"
             ) from error
         self.path = os.fspath(gguf_path)
         self.threads = threads
+        self.prompt_lookup = prompt_lookup  # tokens drafted a round, None: the target alone
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=prompt_lookup) if prompt_lookup else None
         self.model: Any = Llama(
             model_path=self.path,
             n_ctx=context,
             n_threads=threads,
             n_threads_batch=threads,
+            draft_model=draft,
             verbose=False,
         )
 

@@ -75,7 +75,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods",
         default=",".join(DEFAULT_METHODS),
         help=f"comma-separated subset of: {', '.join(METHODS)} (default: all but the fast "
-        "and llama.cpp methods)",
+        "methods and the other engines' (llama.cpp, OpenVINO GenAI: benchmarks/README.md))",
     )
     run.add_argument(
         "--max-new-tokens",

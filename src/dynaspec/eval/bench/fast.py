@@ -17,6 +17,10 @@ target, so its output is compared with that target's own output (`reference`):
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
+    llamacpp-prompt-lookup  the same with llama-cpp-python's prompt lookup draft  vs llamacpp-target
+
+The OpenVINO GenAI peers (openvino-target, openvino-spec, ...) are in
+dynaspec.eval.openvino_peer; each is compared with its own target alone.
 
 Each variant is built once, on first use, and compiled then (all buckets, for the longest
 prompt of the run): build and compile times and the bytes of weights each holds go into the
@@ -33,6 +37,10 @@ from dynaspec.backends.static import FastConfig, StaticAdapter
 from dynaspec.errors import ConfigError
 
 LLAMACPP = "llamacpp-target"
+LLAMACPP_LOOKUP = "llamacpp-prompt-lookup"
+# llama-cpp-python's LlamaPromptLookupDecoding as its documentation shows it (10 tokens a
+# round; n-grams up to 2, its default)
+LLAMACPP_LOOKUP_TOKENS = 10
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from dynaspec.eval.bench.aggregate import ALL_TASKS_ROW, median, median_of_ratio
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.tables import markdown_table
 
-_FAMILIES = ("fast", "llamacpp")  # record families shown by fast_section
+_FAMILIES = ("fast", "llamacpp", "openvino")  # record families shown by fast_section
 _HEADERS = ("method", "vs hf-target", "vs target", "tok/s (median)", "compile s", "weights GB")
 
 
 def fast_section(records: Sequence[BenchRecord]) -> list[str]:
-    """Markdown lines for the fast and llama.cpp methods of a run (none if it had none):
+    """Markdown lines for the fast, llama.cpp and OpenVINO methods of a run (none if none):
     speedup over transformers' own generate (hf-target) and over the dynaspec target alone,
     median tok/s, compile time and bytes of weights."""
     names = list(dict.fromkeys(r.method for r in records if r.measurement.family in _FAMILIES))

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 class Measurement:
     """The measurements of one generation. Lists are tuples here, lists in the JSON."""
 
-    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp"
+    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp" | "openvino"
     new_tokens: int
     wall_time_s: float  # one clock around the whole call
     tokens_per_s: float | None
-    rounds: int
+    rounds: int | None  # None: not known (another engine's drafting, timed from outside)
     mean_accepted_per_round: float | None
     acceptance_rate: float | None
-    draft_forwards: int
-    target_forwards: int
+    draft_forwards: int | None  # None: not known, as rounds
+    target_forwards: int | None
     draft_time_s: float | None  # the loop's own split (dynaspec and fast only)
     target_time_s: float | None
     other_time_s: float | None
@@ -33,6 +33,7 @@ class Measurement:
     weight_bytes: int | None = None  # fast
     fast_models: tuple[str, ...] | None = None  # fast
     gguf: str | None = None  # llamacpp
+    openvino_ir: str | None = None  # openvino: the IR folder(s) it ran, draft after target
 
 
 # The fields some families have: None is left out of the JSON (never written as null).
@@ -43,6 +44,7 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
     "weight_bytes",
     "fast_models",
     "gguf",
+    "openvino_ir",
 )
 
 

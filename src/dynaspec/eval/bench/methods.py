@@ -16,7 +16,11 @@ does);
 the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``,
 their int4-draft variants and ``fast-hybrid``/``int8-hybrid-int4`` (with prompt lookup)
 (static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
-``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``).
+``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``) and
+``llamacpp-prompt-lookup`` (the same with llama-cpp-python's prompt lookup, 10 tokens); the
+OpenVINO GenAI peers ``openvino-target``, ``openvino-spec``, ``openvino-spec-confidence``,
+``openvino-prompt-lookup`` (int8 weights) and their ``-fp32`` variants
+(``dynaspec.eval.openvino_peer``). A peer's output is compared with its own target alone's.
 
 A new method is one `MethodSpec` in `METHOD_SPECS`: its run function
 (``dynaspec.eval.bench.runner``) and that function's settings, and, for a column of the
@@ -33,7 +37,7 @@ from typing import Any
 import torch
 
 from dynaspec.errors import ConfigError
-from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP
+from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, LLAMACPP_LOOKUP
 from dynaspec.eval.bench.measurement import MethodOutput
 from dynaspec.eval.bench.runner import (
     ADAPTIVE,
@@ -45,9 +49,11 @@ from dynaspec.eval.bench.runner import (
     run_fast,
     run_hf,
     run_llamacpp,
+    run_openvino,
     run_oracle,
 )
 from dynaspec.eval.hf_peer import HF_DYNAMIC, HF_DYNAMIC_FIXED, HF_HEURISTIC
+from dynaspec.eval.openvino_peer import OPENVINO_METHODS
 
 RunFunction = Callable[..., MethodOutput]  # (runner, call, **settings)
 
@@ -65,7 +71,7 @@ class MethodSpec:
     """One decoding method of the benchmark, with how it runs and where it is reported."""
 
     name: str  # as given to --methods and written in the records
-    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp"
+    family: str  # "dynaspec" | "hf" | "fast" | "llamacpp" | "openvino" (PEER_FAMILIES)
     speculative: bool  # uses the draft (False: the target decodes alone)
     description: str  # one line for --help and the README
     run: RunFunction  # called as run(runner, call, **settings)
@@ -128,7 +134,17 @@ METHOD_SPECS: tuple[MethodSpec, ...] = (
     ),
     MethodSpec(LLAMACPP, "llamacpp", False, "llama.cpp, the target's GGUF alone", run_llamacpp,
                reference=None),
+    MethodSpec(LLAMACPP_LOOKUP, "llamacpp", False, "llama.cpp + its prompt lookup (10 tokens)",
+               run_llamacpp, {"lookup": True}, reference=LLAMACPP),
+    *(
+        MethodSpec(m.name, "openvino", m.pipeline == "draft", m.description, run_openvino,
+                   reference=m.reference)
+        for m in OPENVINO_METHODS.values()
+    ),
 )  # fmt: skip
+# Other engines: each output is compared with its own target alone's (matches_target), never
+# classified with dynaspec's target and never a BUG of dynaspec's.
+PEER_FAMILIES: tuple[str, ...] = ("llamacpp", "openvino")
 SPECS: dict[str, MethodSpec] = {spec.name: spec for spec in METHOD_SPECS}
 METHODS: tuple[str, ...] = tuple(spec.name for spec in METHOD_SPECS)
 # What --methods runs by default: every method on the loaded pair as it is (the fast methods

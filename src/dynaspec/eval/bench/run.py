@@ -64,6 +64,7 @@ from dynaspec.eval.bench.args import (
 from dynaspec.eval.bench.measurement import MethodOutput
 from dynaspec.eval.bench.methods import (
     BASELINE,
+    PEER_FAMILIES,
     SPECS,
     WARMUP_PROMPT_TOKENS,
     method_order,
@@ -171,8 +172,15 @@ def run_bench(args: argparse.Namespace) -> int:
     print(summary_text(result, out_dir))
     if args.smoke:
         print(SMOKE_NOTE)
-    bugs = [r for r in result.mismatches if r.mismatch is None or r.mismatch.kind != "tie"]
+    bugs = [r for r in result.mismatches if _is_bug(r)]
     return 1 if bugs else 0
+
+
+def _is_bug(record: BenchRecord) -> bool:
+    """A mismatch of dynaspec's that is not a numerical tie (another engine's never is)."""
+    if record.measurement.family in PEER_FAMILIES:
+        return False
+    return record.mismatch is None or record.mismatch.kind != "tie"
 
 
 def run_benchmark(
@@ -190,7 +198,8 @@ def run_benchmark(
     """Runs every method of `config` on every prompt; returns (and writes) the records.
 
     `target` and `draft` are transformers models (the hf-* methods call their generate()).
-    `peers`: "fast" (FastModels) and "llamacpp" (LlamaCppPeer) for the methods that use them.
+    `peers`: "fast" (FastModels), "llamacpp" and "llamacpp_lookup" (LlamaCppPeer) and
+    "openvino" (OpenVinoPeers) for the methods that use them.
     Each record is appended to `jsonl_path` (created afresh) as soon as it is complete.
     """
     if not prompts:
@@ -199,6 +208,8 @@ def run_benchmark(
     runner = MethodRunner(target, draft, config.max_new_tokens, eos_token_id, pad_token_id)
     runner.fast = (peers or {}).get("fast")
     runner.llamacpp = (peers or {}).get("llamacpp")
+    runner.llamacpp_lookup = (peers or {}).get("llamacpp_lookup")
+    runner.openvino = (peers or {}).get("openvino")
     result = BenchResult(methods=methods)
     out = None
     if jsonl_path is not None:
@@ -283,7 +294,8 @@ def _prompt_record(
     reference_method = SPECS[name].reference
     reference = list(by_method[reference_method or BASELINE].output.output_ids)
     divergence = None
-    if output != reference and reference_method is not None:
+    peer = SPECS[name].family in PEER_FAMILIES  # another engine: compared, not classified
+    if output != reference and reference_method is not None and not peer:
         dtype = str(model_dtype(target)).removeprefix("torch.")
         divergence = classify_mismatch(
             target, prompt.input_ids, reference, output, config.tie_steps, dtype
@@ -304,13 +316,17 @@ def _prompt_record(
             by_method[BASELINE].output.measurement.wall_time_s / wall if wall else None
         ),
         # None: not compared (a differently quantized model); same_as_target says if it agreed.
-        matches_target=divergence is None if reference_method is not None else None,
+        matches_target=(
+            (output == reference if peer else divergence is None)
+            if reference_method is not None
+            else None
+        ),
         mismatch=divergence,
         output_sha=output_digest(output),
         reference_method=reference_method,
         same_as_target=output == list(by_method[BASELINE].output.output_ids),
-        # kept for the reference and mismatches
-        output_ids=tuple(output) if name == BASELINE or divergence is not None else None,
+        # kept for the reference, mismatches and other engines (whose models differ)
+        output_ids=tuple(output) if name == BASELINE or divergence is not None or peer else None,
     )
 
 
@@ -422,8 +438,16 @@ def _peers(
     draft: Any,
     run_info: dict[str, Any],
 ) -> dict[str, Any]:
-    """The fast models and the llama.cpp model, when `methods` use them."""
-    from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, FastModels
+    """The fast models, the llama.cpp models and the OpenVINO pipelines, when `methods` use
+    them."""
+    from dynaspec.eval.bench.fast import (
+        FAST_METHODS,
+        LLAMACPP,
+        LLAMACPP_LOOKUP,
+        LLAMACPP_LOOKUP_TOKENS,
+        FastModels,
+    )
+    from dynaspec.eval.openvino_peer import OPENVINO_METHODS
 
     peers: dict[str, Any] = {}
     if any(SPECS[name].reference in FAST_METHODS or name in FAST_METHODS for name in methods):
@@ -431,13 +455,53 @@ def _peers(
         peers["fast"] = FastModels(
             target, draft, compile=args.fast_compile, max_length=longest + max_new_tokens
         )
-    if LLAMACPP in methods:
+    if LLAMACPP in methods or LLAMACPP_LOOKUP in methods:
         from dynaspec.eval.llamacpp_peer import LlamaCppPeer
 
         gguf = _target_gguf(args)
-        peers["llamacpp"] = LlamaCppPeer(gguf, threads=torch.get_num_threads())
+        threads = torch.get_num_threads()
+        if LLAMACPP in methods:
+            peers["llamacpp"] = LlamaCppPeer(gguf, threads=threads)
+        if LLAMACPP_LOOKUP in methods:
+            lookup = LLAMACPP_LOOKUP_TOKENS
+            peers["llamacpp_lookup"] = LlamaCppPeer(gguf, threads=threads, prompt_lookup=lookup)
+            run_info["llamacpp_prompt_lookup"] = {"num_pred_tokens": lookup}
         run_info["llamacpp_gguf"] = str(gguf)
+    if any(name in OPENVINO_METHODS for name in methods):
+        peers["openvino"] = _openvino_peers(methods, target, draft, run_info)
     return peers
+
+
+def _openvino_peers(
+    methods: Sequence[str], target: Any, draft: Any, run_info: dict[str, Any]
+) -> Any:
+    """The OpenVINO pipelines, with every IR the run's methods need exported now (once,
+    cached), so that no export falls inside a timed call."""
+    from dynaspec.eval.openvino_peer import OPENVINO_METHODS, OpenVinoPeers
+
+    peers = OpenVinoPeers(_model_folder(target), _model_folder(draft), torch.get_num_threads())
+    for name in methods:
+        if name in OPENVINO_METHODS:
+            method = OPENVINO_METHODS[name]
+            peers.ir("target", method.weights)
+            if method.pipeline == "draft":
+                peers.ir("draft", method.weights)
+    run_info["openvino"] = peers.facts()
+    return peers
+
+
+def _model_folder(model: Any) -> Path | None:
+    """The folder a transformers model was loaded from (None: no model), for the export."""
+    if model is None:
+        return None
+    folder = Path(str(getattr(model, "name_or_path", "") or ""))
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"the openvino-* methods export the models' folders to OpenVINO IR, but this model "
+            f"was not loaded from a folder ({str(folder)!r}): use --pair or --target/--draft "
+            "with model folders, GGUFs or presets"
+        )
+    return folder
 
 
 def _target_gguf(args: argparse.Namespace) -> Path:

@@ -14,9 +14,10 @@ import torch
 
 from dynaspec.core.round import Round
 from dynaspec.errors import ConfigError
-from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, FastModels
+from dynaspec.eval.bench.fast import FAST_METHODS, LLAMACPP, LLAMACPP_LOOKUP, FastModels
 from dynaspec.eval.bench.measurement import Measurement, MethodOutput, rate
 from dynaspec.eval.hf_peer import NEUTRAL_GREEDY_KWARGS, HFAssistConfig, HFPeer
+from dynaspec.eval.openvino_peer import OPENVINO_METHODS
 from dynaspec.generation import generate
 from dynaspec.policies import AdaptivePolicy, OraclePolicy
 
@@ -56,6 +57,8 @@ class MethodRunner:
         self.warm_policy: AdaptivePolicy | None = None  # adaptive-warm's, over the whole run
         self.fast: FastModels | None = None  # set by the caller when fast methods run
         self.llamacpp: Any = None  # a LlamaCppPeer, set by the caller for llamacpp-target
+        self.llamacpp_lookup: Any = None  # the same with prompt lookup (llamacpp-prompt-lookup)
+        self.openvino: Any = None  # an OpenVinoPeers, set by the caller for openvino-*
 
     def lead(self, input_ids: torch.Tensor) -> int:
         """Tokens before the new ones in `sequences`: the prompt, or (encoder-decoder) the
@@ -199,30 +202,60 @@ def run_hf(
     return MethodOutput(measurement, tuple(new_ids))
 
 
-def run_llamacpp(runner: MethodRunner, call: MethodCall) -> MethodOutput:
-    """llama.cpp on the target's GGUF, alone."""
-    if runner.llamacpp is None:
-        raise ConfigError(f"method {LLAMACPP!r} needs a LlamaCppPeer")
+def run_llamacpp(runner: MethodRunner, call: MethodCall, *, lookup: bool = False) -> MethodOutput:
+    """llama.cpp on the target's GGUF, alone or with its prompt lookup draft (`lookup`)."""
+    peer = runner.llamacpp_lookup if lookup else runner.llamacpp
+    if peer is None:
+        name = LLAMACPP_LOOKUP if lookup else LLAMACPP
+        raise ConfigError(f"method {name!r} needs a LlamaCppPeer")
+    result = peer.generate(call.input_ids, runner.max_new_tokens, _eos_list(runner))
+    wall = result.wall_time_s
+    return _peer_output("llamacpp", result.new_ids, wall, drafts=lookup, gguf=peer.path)
+
+
+def run_openvino(runner: MethodRunner, call: MethodCall) -> MethodOutput:
+    """An OpenVINO GenAI method (dynaspec.eval.openvino_peer) on the same prompt ids."""
+    if runner.openvino is None:
+        raise ConfigError(f"method {call.name!r} needs the OpenVINO pipelines (OpenVinoPeers)")
+    result = runner.openvino.generate(
+        call.name, call.input_ids, runner.max_new_tokens, _eos_list(runner)
+    )
+    drafts = OPENVINO_METHODS[call.name].pipeline != "target"
+    wall = result.wall_time_s
+    return _peer_output("openvino", result.new_ids, wall, drafts=drafts, openvino_ir=result.ir)
+
+
+def _eos_list(runner: MethodRunner) -> list[int]:
     eos = runner.eos_token_id if isinstance(runner.eos_token_id, list) else [runner.eos_token_id]
-    result = runner.llamacpp.generate(call.input_ids, runner.max_new_tokens, [e for e in eos if e])
-    wall, count = result.wall_time_s, len(result.new_ids)
+    return [int(e) for e in eos if e is not None]
+
+
+def _peer_output(
+    family: str, new_ids: Sequence[int], wall: float, *, drafts: bool, **where: Any
+) -> MethodOutput:
+    """The output of another engine's method, timed from outside: one target forward per
+    token when it decodes alone (`drafts` False), its rounds and forwards unknown otherwise."""
+    count = len(new_ids)
+    forwards = None if drafts else count
     measurement = Measurement(
-        family="llamacpp",
+        family=family,
         new_tokens=count,
         wall_time_s=wall,
         tokens_per_s=rate(count, wall),
-        rounds=count,  # one token per forward: no draft
+        rounds=forwards,
         mean_accepted_per_round=None,
         acceptance_rate=None,
-        **_outside_loop(0, count, wall),
+        **_outside_loop(None if drafts else 0, forwards, wall),
         accepted_per_round=(),
         drafted_per_round=(),
-        gguf=runner.llamacpp.path,
+        **where,
     )
-    return MethodOutput(measurement, tuple(result.new_ids))
+    return MethodOutput(measurement, tuple(int(token) for token in new_ids))
 
 
-def _outside_loop(draft_forwards: int, target_forwards: int, wall: float) -> dict[str, Any]:
+def _outside_loop(
+    draft_forwards: int | None, target_forwards: int | None, wall: float
+) -> dict[str, Any]:
     """The fields of a method timed from outside only (no split of its time, no stop
     reasons)."""
     return {

@@ -114,8 +114,8 @@ def method_table(records: Sequence[BenchRecord]) -> str:
                 number(median(m.tokens_per_s for m in rows if m.tokens_per_s), 1),
                 number(pooled_accepted_per_round(records, method).get(ALL_TASKS_ROW)),
                 f"{kept / drafted:.0%}" if drafted else "–",
-                number(mean(m.draft_forwards for m in rows), 1),
-                number(mean(m.target_forwards for m in rows), 1),
+                number(mean(m.draft_forwards for m in rows if m.draft_forwards is not None), 1),
+                number(mean(m.target_forwards for m in rows if m.target_forwards is not None), 1),
                 format_mismatches(
                     mismatch_counts(r for r in records if r.method == method).get(ALL_TASKS_ROW)
                 ),
