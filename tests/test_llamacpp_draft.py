@@ -189,3 +189,28 @@ def test_the_cli_names_the_flag(capsys) -> None:
     err = capsys.readouterr().err
     assert status != 0
     assert "drop --draft-engine llamacpp" in err and "Traceback" not in err
+
+
+def test_the_bench_runs_the_llama_cpp_draft_beside_the_static_target(
+    fake_llama_cpp, tmp_path
+) -> None:
+    import argparse
+
+    from dynaspec.eval.bench.fast import FAST_METHODS, FastModels
+    from dynaspec.eval.bench.run import _draft_gguf
+
+    names = [name for name, m in FAST_METHODS.items() if m.draft == "llamacpp"]
+    assert names == ["static-adaptive-llamacpp", "static-hybrid-llamacpp"]
+    assert all(FAST_METHODS[name].reference == "static-target" for name in names)
+    args = argparse.Namespace(pair="tiny", target=None, draft=None)
+    assert _draft_gguf(args, ["static-target", "static-hybrid"]) is None  # not asked for
+    with pytest.raises(ConfigError, match="tiny pair has no GGUF"):
+        _draft_gguf(args, names)
+    gguf = tmp_path / "draft.gguf"
+    gguf.write_bytes(b"GGUF")
+    models = FastModels(None, None, compile=False, max_length=300, draft_gguf=gguf)
+    draft = models.adapter("draft", "llamacpp")
+    assert isinstance(draft, LlamaCppAdapter) and draft.max_length == 512
+    assert models.adapter("draft", "llamacpp") is draft  # built once
+    with pytest.raises(ConfigError, match="GGUF"):
+        FastModels(None, None, compile=False, max_length=8).adapter("draft", "llamacpp")

@@ -55,6 +55,9 @@ class LlamaCppAdapter:
         self.max_length: int | None = context
         self.device = torch.device("cpu")
 
+    def __repr__(self) -> str:
+        return f"LlamaCppAdapter({os.path.basename(self.path)}, context={self.max_length})"
+
     @property
     def num_cached(self) -> int:
         return int(self.llm.n_tokens)

@@ -14,6 +14,9 @@ target, so its output is compared with that target's own output (`reference`):
     static-adaptive  static target + static draft, both prepacked in the model's dtype (no
                      quantization: float32 on an AVX2-only CPU), adaptive    vs static-target
     static-hybrid    the same + prompt lookup                               vs static-target
+    static-adaptive-llamacpp  static target + the draft's GGUF run by llama.cpp, adaptive
+                     (needs llama-cpp-python)                                vs static-target
+    static-hybrid-llamacpp    the same + prompt lookup                       vs static-target
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
@@ -30,9 +33,11 @@ records, apart from the timed generations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static import FastConfig, StaticAdapter
 from dynaspec.errors import ConfigError
 
@@ -81,6 +86,14 @@ FAST_METHODS: dict[str, FastMethod] = {
         # int8/int4 kernels cost more per token than float32 itself.
         FastMethod("static-adaptive", "bf16", "bf16", "static-target", "static target and draft"),
         FastMethod("static-hybrid", "bf16", "bf16", "static-target", "static both + lookup", True),
+        # The draft's GGUF run by llama.cpp (backends/llamacpp.py): its quantized kernels
+        # are the fastest at one token a forward on a CPU; the output stays the target's.
+        FastMethod(
+            "static-adaptive-llamacpp", "bf16", "llamacpp", "static-target", "llama.cpp draft"
+        ),
+        FastMethod(
+            "static-hybrid-llamacpp", "bf16", "llamacpp", "static-target", "llama.cpp+lookup", True
+        ),
     )
 }
 
@@ -96,16 +109,33 @@ _VARIANTS: dict[str, dict[str, Any]] = {
 class FastModels:
     """The fast adapters of a run, built from the transformers target and draft on first use."""
 
-    def __init__(self, target: Any, draft: Any, *, compile: bool, max_length: int) -> None:
+    def __init__(
+        self,
+        target: Any,
+        draft: Any,
+        *,
+        compile: bool,
+        max_length: int,
+        draft_gguf: Path | None = None,
+    ) -> None:
         self.models = {"target": target, "draft": draft}
         self.compile = compile
         self.max_length = max_length  # the longest prompt + max_new_tokens of the run
-        self.adapters: dict[tuple[str, str], StaticAdapter] = {}
+        self.draft_gguf = draft_gguf  # the draft's GGUF, for the "llamacpp" draft variant
+        self.adapters: dict[tuple[str, str], Any] = {}
         self.build_time_s: dict[str, float] = {}  # "target-int8" -> seconds
 
-    def adapter(self, role: str, variant: str) -> StaticAdapter:
-        """The `variant` ("bf16", "int8") of the target or the draft (`role`), compiled."""
+    def adapter(self, role: str, variant: str) -> Any:
+        """The `variant` ("bf16", "int8"; for the draft also "llamacpp") of the target or the
+        draft (`role`), compiled."""
         key = (role, variant)
+        if variant == "llamacpp" and key not in self.adapters:
+            if self.draft_gguf is None:
+                raise ConfigError("the llama.cpp draft methods need the draft's GGUF")
+            start = perf_counter()
+            context = 256 * -(-self.max_length // 256)  # whole blocks of 256 tokens
+            self.adapters[key] = LlamaCppAdapter(self.draft_gguf, context=context)
+            self.build_time_s[f"{role}-{variant}"] = perf_counter() - start
         if key not in self.adapters:
             if self.models[role] is None:
                 raise ConfigError(f"the fast methods need a {role} model")
@@ -121,7 +151,7 @@ class FastModels:
             self.adapters[key] = adapter
         return self.adapters[key]
 
-    def pair(self, name: str) -> tuple[StaticAdapter, StaticAdapter | None]:
+    def pair(self, name: str) -> tuple[StaticAdapter, Any]:
         """(target, draft or None) of fast method `name`."""
         method = FAST_METHODS[name]
         target = self.adapter("target", method.target)
@@ -133,7 +163,7 @@ class FastModels:
         target, draft = self.pair(name)
         models = [target] + ([draft] if draft is not None else [])
         return {
-            "compile_time_s": round(sum(m.compile_time_s for m in models), 3),
+            "compile_time_s": round(sum(getattr(m, "compile_time_s", 0.0) for m in models), 3),
             "weight_bytes": sum(m.weight_bytes() for m in models),
             "fast_models": [repr(m) for m in models],
         }

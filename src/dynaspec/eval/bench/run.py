@@ -453,7 +453,11 @@ def _peers(
     if any(SPECS[name].reference in FAST_METHODS or name in FAST_METHODS for name in methods):
         longest = max(int(p.input_ids.shape[1]) for p in prompts)
         peers["fast"] = FastModels(
-            target, draft, compile=args.fast_compile, max_length=longest + max_new_tokens
+            target,
+            draft,
+            compile=args.fast_compile,
+            max_length=longest + max_new_tokens,
+            draft_gguf=_draft_gguf(args, methods),
         )
     if LLAMACPP in methods or LLAMACPP_LOOKUP in methods:
         from dynaspec.eval.llamacpp_peer import LlamaCppPeer
@@ -502,6 +506,17 @@ def _model_folder(model: Any) -> Path | None:
             "with model folders, GGUFs or presets"
         )
     return folder
+
+
+def _draft_gguf(args: argparse.Namespace, methods: Sequence[str]) -> Path | None:
+    """The draft's GGUF when a method runs it with llama.cpp (else None): --draft itself,
+    its preset's, or the pair's draft's (joined if needed)."""
+    from dynaspec.eval.bench.fast import FAST_METHODS
+    from dynaspec.models.llamacpp_draft import SAME, llamacpp_gguf
+
+    if not any(name in FAST_METHODS and FAST_METHODS[name].draft == "llamacpp" for name in methods):
+        return None
+    return llamacpp_gguf(args.pair, args.target, args.draft, SAME, False)
 
 
 def _target_gguf(args: argparse.Namespace) -> Path:
