@@ -389,8 +389,12 @@ def test_a_draft_is_priced_per_target_token_it_proposes() -> None:
     for _ in range(3):  # 10 draft tokens re-encode to 5 target tokens
         policy.update(through_text(forwards=10, proposed=5, accepted=5))
     assert policy.costs.forward_cost() == pytest.approx(0.1)
-    assert policy.costs.tokens_per_forward() == pytest.approx(0.5)
-    assert policy.costs.draft_cost() == pytest.approx(0.2)
+    yield_ = (15 + 8) / (30 + 8)  # behind 8 forwards of one token each (the prior)
+    assert policy.costs.tokens_per_forward() == pytest.approx(yield_)
+    assert policy.costs.draft_cost() == pytest.approx(0.1 / yield_)
+    for _ in range(29):  # the window (32 rounds) full: the prior matters less
+        policy.update(through_text(forwards=10, proposed=5, accepted=5))
+    assert policy.costs.tokens_per_forward() == pytest.approx((160 + 8) / (320 + 8))
     # A catch-up is fed in the draft's own tokens: a forward's cost each.
     assert policy.costs.catchup_cost(6) == pytest.approx(5 * 0.1)
 
@@ -401,21 +405,34 @@ def test_rounds_whose_text_does_not_re_encode_raise_the_price() -> None:
     policy.update(through_text(forwards=4, proposed=4, accepted=4))
     assert policy.costs.draft_cost() == pytest.approx(0.1)
     policy.update(through_text(forwards=4, proposed=0, accepted=0))  # nothing proposed
-    assert policy.costs.tokens_per_forward() == pytest.approx(0.5)
-    assert policy.costs.draft_cost() == pytest.approx(0.2)
+    assert policy.costs.tokens_per_forward() == pytest.approx((8 + 4) / (8 + 8))
+    for _ in range(8):
+        policy.update(through_text(forwards=4, proposed=0, accepted=0))
+    assert policy.costs.draft_cost() == pytest.approx(0.1 * (8 + 40) / (8 + 4))
+
+
+def test_one_short_first_draft_does_not_set_the_yield() -> None:
+    # The first draft's 4 tokens gave 1 target token (its text's tail held back): drafting
+    # must still look worth starting (the Gemma-3 draft for Qwen once never drafted again).
+    policy = AdaptivePolicy(max_tokens=20)
+    policy.update(make_round(0, 0, (), 0.0, 1.0, 1))
+    policy.update(through_text(forwards=4, proposed=1, accepted=1))
+    assert policy.costs.tokens_per_forward() > 0.7
+    assert policy.model_value() > 0.0
 
 
 def test_a_draft_whose_forwards_yield_little_stands_aside() -> None:
     # The same forward cost (0.1 steps) and acceptance: drafting pays when a forward
-    # yields a target token, not when it takes ten forwards to propose one.
+    # yields a target token, not when it takes twenty forwards to propose one.
     def trained(proposed: int) -> AdaptivePolicy:
         policy = AdaptivePolicy(max_tokens=20)
         policy.update(make_round(0, 0, (), 0.0, 1.0, 1))
-        for _ in range(8):
-            policy.update(through_text(forwards=10, proposed=proposed, accepted=proposed))
+        for _ in range(30):
+            policy.update(through_text(forwards=20, proposed=proposed, accepted=proposed))
         return policy
 
-    assert trained(proposed=10).model_value() > 0.0
+    assert trained(proposed=20).model_value() > 0.0
+    assert trained(proposed=1).costs.draft_cost() > 1.5  # a step and a half per token
     assert trained(proposed=1).model_value() <= 0.0
     assert trained(proposed=1).max_lookahead(catchup=1, remaining=100) == 0
 

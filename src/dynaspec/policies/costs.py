@@ -25,6 +25,7 @@ class CostModel:
         prior_verify_slope: float,
         window: int,
         min_prefill_tokens: int,
+        prior_forwards: int = 8,
     ) -> None:
         self.prior_draft_cost = prior_draft_cost  # c until measured
         self.prior_verify_slope = prior_verify_slope  # V's slope until measured
@@ -34,6 +35,9 @@ class CostModel:
         self.draft_costs: deque[float] = deque(maxlen=window)  # seconds per draft forward
         self.yields: deque[tuple[int, int]] = deque(maxlen=window)  # (target tokens the
         #                                 draft proposed, its forwards) per round it ran
+        self.prior_forwards = prior_forwards  # forwards of one target token each behind
+        #                 the measured yield: a short first draft, whose text's tail does
+        #                 not re-encode yet, must not set it alone
         self.catchup_costs: deque[float] = deque(maxlen=window)  # s per catch-up token
         self.prefill_costs: deque[float] = deque(maxlen=window)  # target s per prompt token
         self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
@@ -61,12 +65,12 @@ class CostModel:
         return statistics.median(self.draft_costs) / self.step_time()
 
     def tokens_per_forward(self) -> float:
-        """Target tokens the draft proposes per forward, over the recent rounds it ran (1.0
-        until `learn_yield` has seen one; at least one token over the window's forwards)."""
-        if not self.yields:
-            return 1.0
-        tokens = sum(tokens for tokens, _ in self.yields)
-        return max(tokens, 1) / sum(forwards for _, forwards in self.yields)
+        """Target tokens the draft proposes per forward, over the recent rounds it ran and
+        `prior_forwards` of one token each (1.0 until `learn_yield` has seen a round; at
+        least one token over the forwards)."""
+        tokens = self.prior_forwards + sum(tokens for tokens, _ in self.yields)
+        forwards = self.prior_forwards + sum(forwards for _, forwards in self.yields)
+        return max(tokens, 1) / max(forwards, 1)
 
     def learn_yield(self, round: Round) -> None:
         """The target tokens the draft model proposed in `round` per forward it ran (a
