@@ -27,6 +27,25 @@ INSTALL_HINT = (
 )
 
 
+def open_gguf(
+    path: str | os.PathLike[str], *, context: int, threads: int, purpose: str, **options: Any
+) -> Any:
+    """llama-cpp-python's `Llama` on the GGUF at `path`, quiet, with `threads` for decoding
+    and prompt batches; MissingDependencyError naming `purpose` and the install command."""
+    try:
+        from llama_cpp import Llama
+    except ImportError as error:
+        raise MissingDependencyError(f"{purpose} needs llama-cpp-python: {INSTALL_HINT}") from error
+    return Llama(
+        model_path=os.fspath(path),
+        n_ctx=context,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+        **options,
+    )
+
+
 class LlamaCppAdapter:
     """A GGUF draft run by llama.cpp (`core.protocols.ModelAdapter`, one logits row a forward)."""
 
@@ -35,21 +54,13 @@ class LlamaCppAdapter:
     def __init__(
         self, gguf_path: str | os.PathLike[str], *, context: int = 4096, threads: int | None = None
     ) -> None:
-        try:
-            from llama_cpp import Llama
-        except ImportError as error:
-            raise MissingDependencyError(
-                f"a draft run by llama.cpp needs llama-cpp-python: {INSTALL_HINT}"
-            ) from error
         self.path = os.fspath(gguf_path)
-        threads = threads or torch.get_num_threads()
-        self.llm: Any = Llama(
-            model_path=self.path,
-            n_ctx=context,
-            n_threads=threads,
-            n_threads_batch=threads,
+        self.llm: Any = open_gguf(
+            self.path,
+            context=context,
+            threads=threads or torch.get_num_threads(),
+            purpose="a draft run by llama.cpp",
             logits_all=False,
-            verbose=False,
         )
         self.vocab_size: int = self.llm.n_vocab()
         self.max_length: int | None = context

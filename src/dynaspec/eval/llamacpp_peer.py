@@ -25,12 +25,8 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.llamacpp import INSTALL_HINT, open_gguf
 from dynaspec.errors import MissingDependencyError
-
-INSTALL_HINT = (
-    'pip install "dynaspec[llamacpp]" (builds llama.cpp from source, about 5 minutes on 2 '
-    'cores; set CMAKE_ARGS="-DGGML_NATIVE=ON" to build for this CPU)'
-)
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,6 @@ class LlamaCppPeer:
     ):
         method = "llamacpp-prompt-lookup" if prompt_lookup else "llamacpp-target"
         try:
-            from llama_cpp import Llama
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         except ImportError as error:
             raise MissingDependencyError(
@@ -64,13 +59,9 @@ class LlamaCppPeer:
         self.threads = threads
         self.prompt_lookup = prompt_lookup  # tokens drafted a round, None: the target alone
         draft = LlamaPromptLookupDecoding(num_pred_tokens=prompt_lookup) if prompt_lookup else None
-        self.model: Any = Llama(
-            model_path=self.path,
-            n_ctx=context,
-            n_threads=threads,
-            n_threads_batch=threads,
-            draft_model=draft,
-            verbose=False,
+        purpose = f"the {method} method"
+        self.model: Any = open_gguf(
+            self.path, context=context, threads=threads, purpose=purpose, draft_model=draft
         )
 
     def generate(
