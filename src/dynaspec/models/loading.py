@@ -481,6 +481,8 @@ def load_model_set(
     draft_engine: "torch", or "llamacpp": the draft's GGUF (`draft` a .gguf file or a
     preset, else the pair's draft) run by llama.cpp (backends/llamacpp.py).
     """
+    if draft_engine not in ("torch", "llamacpp"):
+        raise ConfigError(f"unknown draft_engine {draft_engine!r}: choose 'torch' or 'llamacpp'")
     if draft_engine == "llamacpp" and with_draft:
         gguf = llamacpp_gguf(pair, target, draft, draft_quantize, other_tokenizer)
         options = {"static": static, "compile": compile, "quantize": quantize}
