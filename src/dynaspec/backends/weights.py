@@ -9,14 +9,13 @@ from typing import Any
 import torch
 
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.backends.static import StaticAdapter
 
 
 def weight_bytes(model: Any) -> int | None:
     """Bytes of the weights of a transformers model, an adapter of one, a fast adapter (tied
     weights once) or any adapter that tells (`weight_bytes()`: llama.cpp's, its GGUF's
     size); None for anything else (a scripted model)."""
-    if isinstance(model, StaticAdapter) or callable(getattr(model, "weight_bytes", None)):
+    if callable(getattr(model, "weight_bytes", None)):  # StaticAdapter, LlamaCppAdapter
         return model.weight_bytes()
     if isinstance(model, HFAdapter):
         model = model.model

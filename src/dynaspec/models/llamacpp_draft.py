@@ -1,5 +1,6 @@
-"""Which GGUF a draft run by llama.cpp loads, and the options it refuses
-(`load_model_set(..., draft_engine="llamacpp")`, the CLI's --draft-engine llamacpp)."""
+"""Which GGUF a model run by llama.cpp loads (`gguf_file`), and for a draft run by llama.cpp
+(`load_model_set(..., draft_engine="llamacpp")`, the CLI's --draft-engine llamacpp) the
+options it refuses."""
 
 from __future__ import annotations
 
@@ -45,9 +46,15 @@ def llamacpp_gguf(
             "a draft run by llama.cpp is a GGUF: name one (draft=FILE.gguf or a preset)",
             cli_message="--draft-engine llamacpp runs a GGUF: add --draft FILE.gguf or a preset",
         )
-    if os.fspath(draft).endswith(".gguf"):
-        return Path(draft)
-    return model_cache.ensure_gguf(get_model_preset(os.fspath(draft)))
+    return gguf_file(draft)
+
+
+def gguf_file(name: str | os.PathLike[str]) -> Path:
+    """The GGUF of `name`: a .gguf file itself, else the model preset's (joined in the cache
+    if sliced; ConfigError for an unknown preset)."""
+    if os.fspath(name).endswith(".gguf"):
+        return Path(name)
+    return model_cache.ensure_gguf(get_model_preset(os.fspath(name)))
 
 
 def _pair_draft(pair: str | None) -> str:

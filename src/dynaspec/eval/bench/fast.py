@@ -38,7 +38,7 @@ from time import perf_counter
 from typing import Any
 
 from dynaspec.backends.llamacpp import LlamaCppAdapter
-from dynaspec.backends.static import FastConfig, StaticAdapter
+from dynaspec.backends.static import FastConfig, StaticAdapter, round_up
 from dynaspec.errors import ConfigError
 
 LLAMACPP = "llamacpp-target"
@@ -133,7 +133,7 @@ class FastModels:
             if self.draft_gguf is None:
                 raise ConfigError("the llama.cpp draft methods need the draft's GGUF")
             start = perf_counter()
-            context = 256 * -(-self.max_length // 256)  # whole blocks of 256 tokens
+            context = round_up(self.max_length, 256)  # whole blocks of 256 tokens
             self.adapters[key] = LlamaCppAdapter(self.draft_gguf, context=context)
             self.build_time_s[f"{role}-{variant}"] = perf_counter() - start
         if key not in self.adapters:

@@ -521,16 +521,9 @@ def _draft_gguf(args: argparse.Namespace, methods: Sequence[str]) -> Path | None
 
 def _target_gguf(args: argparse.Namespace) -> Path:
     """The target's GGUF: --target itself, or the pair's target preset (joined if needed)."""
-    from dynaspec.models import cache as model_cache
-    from dynaspec.models.presets import get_model_preset
+    from dynaspec.models.llamacpp_draft import gguf_file
 
-    if args.target:
-        if str(args.target).endswith(".gguf"):
-            return Path(args.target)
-        preset = get_model_preset(args.target)
-    else:
-        preset = get_model_preset(get_pair_preset(args.pair or DEFAULT_PAIR).target)
-    return model_cache.ensure_gguf(preset)
+    return gguf_file(args.target or get_pair_preset(args.pair or DEFAULT_PAIR).target)
 
 
 def _short_name(name: str) -> str:
