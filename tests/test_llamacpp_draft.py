@@ -26,6 +26,8 @@ from tiny_models import ScriptedModel
 import dynaspec
 from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static_batch import batch_adapter
+from dynaspec.core.protocols import ModelAdapter
+from dynaspec.core.sharing import call_lock
 from dynaspec.errors import ConfigError, MissingDependencyError, UnsupportedOptionError
 from dynaspec.models.loading import load_model_set
 
@@ -81,6 +83,8 @@ def test_the_drafts_context_is_the_committed_tokens(fake_llama_cpp, tmp_path) ->
     gguf.write_bytes(b"GGUF" + bytes(60))
     draft = LlamaCppAdapter(gguf, threads=1)
     assert draft.vocab_size == VOCAB and draft.weight_bytes() == 64
+    # A ModelAdapter, so generate() holds its call lock: threads sharing it are serialised.
+    assert isinstance(draft, ModelAdapter) and call_lock(draft) is not None
     ids = torch.tensor([[3, 1, 4, 1, 5]])
     alone = dynaspec.generate(target, None, ids, max_new_tokens=40)
     # A lookahead cut by the room left, EOS-free: every drafted token is accepted only if
