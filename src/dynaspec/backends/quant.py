@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dynaspec.backends import int8_kernel
 from dynaspec.errors import ConfigError
 
 QUANTIZE_MODES = ("int8", "int4")
@@ -154,17 +155,29 @@ class Int8Linear(nn.Module):
         scale = scale.to(compute_dtype)
         quantized = weight.to(torch.float32, copy=True)  # one copy, then in place
         quantized.div_(scale.float()[:, None]).round_().clamp_(-127, 127)
-        self.register_buffer("weight", quantized.to(torch.int8).contiguous())  # (N, K)
+        # float32 on a CPU with AVX2: dynaspec's own kernel (backends/int8_kernel.py), which
+        # batches, so no dense codes are kept; its codes are tiled (N/8, K/8, 8, 8).
+        self.kernel = compute_dtype == torch.float32 and int8_kernel.supports(*weight.shape)
+        codes = quantized.to(torch.int8)
+        codes = int8_kernel.tiled(codes) if self.kernel else codes.contiguous()
+        self.register_buffer("weight", codes)  # (N, K), or tiled for the kernel
         self.register_buffer("scale", scale.contiguous())  # (N,)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        codes = quantized.to(compute_dtype)
-        self.codes = DenseWeight(codes, prepack) if dense_batches else None
+        keep = dense_batches and not self.kernel
+        self.codes = DenseWeight(quantized.to(compute_dtype), prepack) if keep else None
         self.threshold = DENSE_THRESHOLD if dense_batches else CONVERT_THRESHOLD
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
 
+    def int8_codes(self) -> torch.Tensor:
+        """The (N, K) int8 codes, whichever layout the kernel holds them in."""
+        return int8_kernel.untiled(self.weight) if self.kernel else self.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
+        if self.kernel:
+            out = int8_kernel.int8_matmul(rows, self.weight, self.scale, self.bias)
+            return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         if rows.shape[0] <= self.threshold:
             out = torch._weight_int8pack_mm(rows, self.weight, self.scale)  # (M, N)
         elif self.codes is not None:

@@ -40,30 +40,11 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models.presets import GgufSlice, ModelPreset
+from dynaspec.paths import default_cache_dir
 
 GGUF_MAGIC = b"GGUF"  # first four bytes of every GGUF file
 MARKER_NAME = "dynaspec.json"  # written last into a complete model folder
 _CHUNK_BYTES = 16 * 1024 * 1024  # read/write block size when joining and hashing
-
-
-def default_cache_dir() -> Path:
-    """Cache root: `$DYNASPEC_CACHE`, else the platform's user cache folder + `dynaspec`.
-
-    Linux and others: `$XDG_CACHE_HOME/dynaspec`, default `~/.cache/dynaspec`;
-    macOS: `~/Library/Caches/dynaspec` (unless XDG_CACHE_HOME is set);
-    Windows: `%LOCALAPPDATA%\\dynaspec\\Cache`.
-    """
-    explicit = os.environ.get("DYNASPEC_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "dynaspec"
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "dynaspec" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "dynaspec"
-    return Path.home() / ".cache" / "dynaspec"
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -17,6 +17,7 @@ target, so its output is compared with that target's own output (`reference`):
     static-adaptive-llamacpp  static target + the draft's GGUF run by llama.cpp, adaptive
                      (needs llama-cpp-python)                                vs static-target
     static-hybrid-llamacpp    the same + prompt lookup                       vs static-target
+    int8-adaptive-llamacpp, int8-hybrid-llamacpp: the same on the int8 target  vs int8-target
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
@@ -93,6 +94,15 @@ FAST_METHODS: dict[str, FastMethod] = {
         ),
         FastMethod(
             "static-hybrid-llamacpp", "bf16", "llamacpp", "static-target", "llama.cpp+lookup", True
+        ),
+        # The int8 target on dynaspec's own AVX2 kernel (backends/int8_kernel.py, float32
+        # activations) with the llama.cpp draft: the fastest pairing on an AVX2-only CPU.
+        FastMethod(
+            "int8-adaptive-llamacpp", "int8", "llamacpp", "int8-target", "int8, llama.cpp draft"
+        ),
+        FastMethod(
+            "int8-hybrid-llamacpp", "int8", "llamacpp", "int8-target", "int8, llama.cpp+lookup",
+            True,
         ),
     )
 }
