@@ -99,3 +99,13 @@ def test_the_switch_and_a_failing_compiler_are_reported(monkeypatch, tmp_path) -
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
     function, reason = int8_kernel._load()
     assert function is None and "false failed on int8_matmul.cpp" in reason
+
+
+def test_readiness_says_why_without_building(monkeypatch) -> None:
+    monkeypatch.setattr(int8_kernel, "_state", {})
+    monkeypatch.setenv(int8_kernel.ENV_SWITCH, "0")
+    line = int8_kernel.readiness()
+    assert "not used" in line and f"{int8_kernel.ENV_SWITCH}=0" in line
+    assert int8_kernel._state == {}  # nothing was built or cached
+    monkeypatch.setattr(int8_kernel, "_state", {"function": object(), "reason": None})
+    assert int8_kernel.readiness().endswith("built")

@@ -110,18 +110,40 @@ def _function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return _state["function"]  # type: ignore[return-value]
 
 
-def _load() -> tuple[object | None, str | None]:
+def readiness() -> str:
+    """One line on the kernel without building it (`dynaspec models`)."""
+    if _state.get("function") is not None:
+        return "int8 kernel (--quantize int8 in float32): built"
+    problem = _state.get("reason") or _problem()
+    if problem:
+        return f"int8 kernel: not used ({problem}); int8 layers use torch's kernels"
+    return "int8 kernel (--quantize int8 in float32): ready (compiled once, at first use)"
+
+
+def _problem() -> str | None:
+    """Why the kernel cannot be built here (None: it can)."""
     if os.environ.get(ENV_SWITCH, "1") == "0":
-        return None, f"{ENV_SWITCH}=0"
+        return f"{ENV_SWITCH}=0"
     if platform.machine().lower() not in ("x86_64", "amd64") or not sys.platform.startswith(
         "linux"
     ):
-        return None, f"built for Linux on x86-64 only (this is {sys.platform} {platform.machine()})"
+        return f"built for Linux on x86-64 only (this is {sys.platform} {platform.machine()})"
     if not _cpu_has("avx2", "fma"):
-        return None, "the CPU has no AVX2 and FMA"
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        return None, "no C++ compiler (install g++, or set CXX)"
+        return "the CPU has no AVX2 and FMA"
+    if _compiler() is None:
+        return "no C++ compiler (install g++, or set CXX)"
+    return None
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
+def _load() -> tuple[object | None, str | None]:
+    problem = _problem()
+    compiler = _compiler()
+    if problem is not None or compiler is None:
+        return None, problem
     try:
         library = _build(compiler)
         loaded = ctypes.CDLL(str(library))
