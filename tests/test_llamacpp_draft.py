@@ -210,12 +210,15 @@ def test_the_bench_runs_the_llama_cpp_draft_beside_the_static_target(
 
     names = [name for name, m in FAST_METHODS.items() if m.draft == "llamacpp"]
     assert names == [
-        "static-adaptive-llamacpp", "static-hybrid-llamacpp",
-        "int8-adaptive-llamacpp", "int8-hybrid-llamacpp",
+        "static-adaptive-llamacpp",
+        "static-hybrid-llamacpp",
+        "int8-adaptive-llamacpp",
+        "int8-hybrid-llamacpp",
     ]
     assert all(  # each is compared with its own target alone
         FAST_METHODS[name].reference == f"{FAST_METHODS[name].target.replace('bf16', 'static')}"
-        "-target" for name in names
+        "-target"
+        for name in names
     )
     args = argparse.Namespace(pair="tiny", target=None, draft=None)
     assert _draft_gguf(args, ["static-target", "static-hybrid"]) is None  # not asked for

@@ -93,8 +93,14 @@ def int8_matmul(
     num_out = codes.shape[0] * 8
     out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
     function(
-        rows.data_ptr(), rows.shape[0], rows.shape[1], codes.data_ptr(), scale.data_ptr(),
-        None if bias is None else bias.data_ptr(), num_out, out.data_ptr(),
+        rows.data_ptr(),
+        rows.shape[0],
+        rows.shape[1],
+        codes.data_ptr(),
+        scale.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        num_out,
+        out.data_ptr(),
         torch.get_num_threads(),
     )
     return out
@@ -153,8 +159,17 @@ def _load() -> tuple[object | None, str | None]:
         return None, f"building or loading {SOURCE.name} failed: {error}"
     function = loaded.dynaspec_int8_matmul
     pointer, integer = ctypes.c_void_p, ctypes.c_int
-    function.argtypes = [pointer, integer, integer, pointer, pointer, pointer, integer, pointer,
-                         integer]
+    function.argtypes = [
+        pointer,
+        integer,
+        integer,
+        pointer,
+        pointer,
+        pointer,
+        integer,
+        pointer,
+        integer,
+    ]
     function.restype = None
     return function, None
 

@@ -101,7 +101,11 @@ FAST_METHODS: dict[str, FastMethod] = {
             "int8-adaptive-llamacpp", "int8", "llamacpp", "int8-target", "int8, llama.cpp draft"
         ),
         FastMethod(
-            "int8-hybrid-llamacpp", "int8", "llamacpp", "int8-target", "int8, llama.cpp+lookup",
+            "int8-hybrid-llamacpp",
+            "int8",
+            "llamacpp",
+            "int8-target",
+            "int8, llama.cpp+lookup",
             True,
         ),
     )
