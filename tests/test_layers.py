@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dynaspec"
 # other (policies, backends and drafters only meet in core's protocols).
 RANKS = {
     "errors": 0,
+    "cpu": 0,  # the CPU's flags (models/dtype.py, backends/int8_kernel.py)
     "paths": 0,  # the cache root (models/cache.py, backends/int8_kernel.py)
     "core": 1,
     "policies": 2,

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from dynaspec.cpu import cpuinfo_text, flags_line
 from dynaspec.paths import default_cache_dir
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_matmul.cpp"
@@ -175,12 +176,7 @@ def _load() -> tuple[object | None, str | None]:
 
 
 def _cpu_has(*flags: str) -> bool:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    present = set(line.split(":", 1)[-1].split())
+    present = flags_line(cpuinfo_text()) or frozenset()
     return all(flag in present for flag in flags)
 
 

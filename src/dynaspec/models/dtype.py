@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from dynaspec.cpu import cpuinfo_text, flags_line
 from dynaspec.errors import ConfigError
 
 MACHINE = "machine"  # the dtype this machine computes fastest in (see machine_dtype())
@@ -55,21 +55,13 @@ class CpuFeatures:
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str] | None:
     """The CPU_FLAGS named on the first `flags` line of /proc/cpuinfo's text (x86 Linux);
     None where there is no such line (another OS or architecture)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split()) & frozenset(CPU_FLAGS)
-    return None
+    flags = flags_line(cpuinfo)
+    return None if flags is None else flags & frozenset(CPU_FLAGS)
 
 
 def cpu_features(cpuinfo: str | None = None) -> CpuFeatures:
     """This CPU's features, read from /proc/cpuinfo (or from `cpuinfo`, its text)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
-    flags = parse_cpu_flags(cpuinfo)
+    flags = parse_cpu_flags(cpuinfo_text() if cpuinfo is None else cpuinfo)
     capability = torch.backends.cpu.get_cpu_capability()
     return CpuFeatures(flags or frozenset(), capability, known=flags is not None)
 
