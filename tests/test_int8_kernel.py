@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dynaspec.backends import int8_kernel
+from dynaspec.backends.kernel_build import cpu_has
 from dynaspec.backends.quant import Int8Linear
 
 needs_kernel = pytest.mark.skipif(
@@ -78,7 +79,7 @@ def test_int8_layers_use_the_kernel_in_float32_and_keep_no_dense_codes() -> None
 
 
 def test_without_the_kernel_int8_layers_use_torchs_kernels(monkeypatch) -> None:
-    monkeypatch.setattr(int8_kernel, "_state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(int8_kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
     assert not int8_kernel.available()
     assert int8_kernel.unavailable_reason() == "switched off"
     layer = nn.Linear(64, 48)
@@ -91,21 +92,21 @@ def test_without_the_kernel_int8_layers_use_torchs_kernels(monkeypatch) -> None:
 
 def test_the_switch_and_a_failing_compiler_are_reported(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(int8_kernel.ENV_SWITCH, "0")
-    assert int8_kernel._load() == (None, f"{int8_kernel.ENV_SWITCH}=0")
+    assert int8_kernel.KERNEL.load() == (None, f"{int8_kernel.ENV_SWITCH}=0")
     monkeypatch.delenv(int8_kernel.ENV_SWITCH)
-    if not int8_kernel._cpu_has("avx2", "fma"):
+    if not cpu_has("avx2", "fma"):
         pytest.skip("this CPU has no AVX2/FMA: the compiler is never asked")
     monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
-    function, reason = int8_kernel._load()
+    function, reason = int8_kernel.KERNEL.load()
     assert function is None and "false failed on int8_matmul.cpp" in reason
 
 
 def test_readiness_says_why_without_building(monkeypatch) -> None:
-    monkeypatch.setattr(int8_kernel, "_state", {})
+    monkeypatch.setattr(int8_kernel.KERNEL, "state", {})
     monkeypatch.setenv(int8_kernel.ENV_SWITCH, "0")
     line = int8_kernel.readiness()
     assert "not used" in line and f"{int8_kernel.ENV_SWITCH}=0" in line
-    assert int8_kernel._state == {}  # nothing was built or cached
-    monkeypatch.setattr(int8_kernel, "_state", {"function": object(), "reason": None})
+    assert int8_kernel.KERNEL.state == {}  # nothing was built or cached
+    monkeypatch.setattr(int8_kernel.KERNEL, "state", {"function": object(), "reason": None})
     assert int8_kernel.readiness().endswith("built")

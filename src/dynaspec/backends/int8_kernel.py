@@ -19,48 +19,33 @@ memory's speed):
 
 A row of a T-token product is bitwise the one-token product (see the source).
 
-It is compiled at first use with the system C++ compiler (`$CXX`, else `c++`/`g++`; about 2
-seconds) into the cache (`$DYNASPEC_CACHE/kernels`), linked to torch's own OpenMP runtime, and
-loaded with ctypes. Where it cannot be (no compiler, no AVX2/FMA, not x86-64, or
-`DYNASPEC_INT8_KERNEL=0`), `available()` is False and int8 layers use torch's kernels.
+Built and loaded by backends/kernel_build.py (once, with the system C++ compiler); where it
+cannot be (no compiler, no AVX2/FMA, not x86-64, or `DYNASPEC_INT8_KERNEL=0`), `available()`
+is False and int8 layers use torch's kernels.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
-import threading
-from pathlib import Path
 
 import torch
 
-from dynaspec.cpu import cpuinfo_text, flags_line
-from dynaspec.paths import default_cache_dir
+from dynaspec.backends.kernel_build import Kernel, KernelSpec
 
-SOURCE = Path(__file__).with_name("csrc") / "int8_matmul.cpp"
-FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
-ENV_SWITCH = "DYNASPEC_INT8_KERNEL"  # "0": never use the kernel
-
-_lock = threading.Lock()
-_state: dict[str, object] = {}  # "function": the ctypes function, or "reason": why none
-
-
-def available() -> bool:
-    """Whether the kernel runs here (builds it at the first call)."""
-    return _function() is not None
+_P, _I = ctypes.c_void_p, ctypes.c_int
+SPEC = KernelSpec(
+    name="int8",
+    argtypes=(_P, _I, _I, _P, _P, _P, _I, _P, _I),  # x, T, K, codes, scale, bias, N, y, threads
+    cpu_flags=("avx2", "fma"),
+    use="--quantize int8 in float32",
+)
+ENV_SWITCH = SPEC.switch  # "0": never use the kernel
+KERNEL = Kernel(SPEC)
 
 
-def unavailable_reason() -> str | None:
-    """Why the kernel does not run here (None when it does)."""
-    _function()
-    reason = _state.get("reason")
-    return None if reason is None else str(reason)
+available = KERNEL.available  # whether it runs here (built at the first call)
+unavailable_reason = KERNEL.unavailable_reason  # why not (None when it does)
+readiness = KERNEL.readiness  # one line for `dynaspec models`, without building it
 
 
 def supports(out_features: int, in_features: int) -> bool:
@@ -87,7 +72,7 @@ def int8_matmul(
 ) -> torch.Tensor:
     """(rows (M, K) float32 @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes` is
     `tiled(q)` for the int8 codes q (N, K)."""
-    function = _function()
+    function = KERNEL.function()
     if function is None:
         raise RuntimeError(f"the int8 kernel is not available: {unavailable_reason()}")
     rows = rows.to(torch.float32).contiguous()
@@ -105,103 +90,3 @@ def int8_matmul(
         torch.get_num_threads(),
     )
     return out
-
-
-def _function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if "function" in _state:
-        return _state["function"]  # type: ignore[return-value]
-    with _lock:
-        if "function" not in _state:
-            function, reason = _load()
-            _state["function"], _state["reason"] = function, reason
-    return _state["function"]  # type: ignore[return-value]
-
-
-def readiness() -> str:
-    """One line on the kernel without building it (`dynaspec models`)."""
-    if _state.get("function") is not None:
-        return "int8 kernel (--quantize int8 in float32): built"
-    problem = _state.get("reason") or _problem()
-    if problem:
-        return f"int8 kernel: not used ({problem}); int8 layers use torch's kernels"
-    return "int8 kernel (--quantize int8 in float32): ready (compiled once, at first use)"
-
-
-def _problem() -> str | None:
-    """Why the kernel cannot be built here (None: it can)."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return f"{ENV_SWITCH}=0"
-    if platform.machine().lower() not in ("x86_64", "amd64") or not sys.platform.startswith(
-        "linux"
-    ):
-        return f"built for Linux on x86-64 only (this is {sys.platform} {platform.machine()})"
-    if not _cpu_has("avx2", "fma"):
-        return "the CPU has no AVX2 and FMA"
-    if _compiler() is None:
-        return "no C++ compiler (install g++, or set CXX)"
-    return None
-
-
-def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-
-
-def _load() -> tuple[object | None, str | None]:
-    problem = _problem()
-    compiler = _compiler()
-    if problem is not None or compiler is None:
-        return None, problem
-    try:
-        library = _build(compiler)
-        loaded = ctypes.CDLL(str(library))
-    except subprocess.CalledProcessError as error:
-        return None, f"{Path(compiler).name} failed on {SOURCE.name}: {error.stderr[-400:]}"
-    except OSError as error:
-        return None, f"building or loading {SOURCE.name} failed: {error}"
-    function = loaded.dynaspec_int8_matmul
-    pointer, integer = ctypes.c_void_p, ctypes.c_int
-    function.argtypes = [
-        pointer,
-        integer,
-        integer,
-        pointer,
-        pointer,
-        pointer,
-        integer,
-        pointer,
-        integer,
-    ]
-    function.restype = None
-    return function, None
-
-
-def _cpu_has(*flags: str) -> bool:
-    present = flags_line(cpuinfo_text()) or frozenset()
-    return all(flag in present for flag in flags)
-
-
-def _openmp_runtime() -> Path | None:
-    """torch's own libgomp, so that the kernel and torch share one OpenMP thread pool."""
-    folder = Path(torch.__file__).parent / "lib"
-    return next(iter(sorted(folder.glob("libgomp*.so*"))), None)
-
-
-def _build(compiler: str) -> Path:
-    """The compiled library in the cache (built once per source, flags, compiler, torch)."""
-    runtime = _openmp_runtime()
-    link = [str(runtime), f"-Wl,-rpath,{runtime.parent}"] if runtime else []
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + repr((FLAGS, compiler, link, torch.__version__)).encode()
-    ).hexdigest()[:16]
-    folder = default_cache_dir() / "kernels"
-    library = folder / f"int8_matmul-{key}.so"
-    if library.exists():
-        return library
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"dynaspec: compiling the int8 kernel into {folder} (once)", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        built = Path(scratch) / library.name
-        command = [compiler, *FLAGS, "-o", str(built), str(SOURCE), "-Wl,--no-as-needed", *link]
-        subprocess.run(command, check=True, capture_output=True, text=True)
-        os.replace(built, library)  # atomic: another process may build the same one
-    return library

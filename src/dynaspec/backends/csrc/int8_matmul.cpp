@@ -17,7 +17,7 @@
 // so a row of a T-token product is bitwise the one-token product (a verification sees the
 // logits a step would). Built with -ffp-contract=off so that no path fuses differently.
 //
-// Built at first use by dynaspec/backends/int8_kernel.py with the system C++ compiler
+// Built at first use by dynaspec/backends/kernel_build.py with the system C++ compiler
 // (-O3 -mavx2 -mfma -fopenmp) and linked to torch's own OpenMP runtime.
 #include <immintrin.h>
 #include <stdint.h>

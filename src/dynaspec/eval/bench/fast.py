@@ -20,6 +20,8 @@ target, so its output is compared with that target's own output (`reference`):
     int8-adaptive-llamacpp, int8-hybrid-llamacpp: the same on the int8 target  vs int8-target
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
+    int4-adaptive-llamacpp, int4-hybrid-llamacpp: the llama.cpp draft on the int4 target
+                     (dynaspec's AVX2 int4 kernel in float32)                vs int4-target
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
     llamacpp-prompt-lookup  the same with llama-cpp-python's prompt lookup draft  vs llamacpp-target
 
@@ -106,6 +108,19 @@ FAST_METHODS: dict[str, FastMethod] = {
             "llamacpp",
             "int8-target",
             "int8, llama.cpp+lookup",
+            True,
+        ),
+        # The int4 target on dynaspec's own AVX2 kernel (backends/int4_kernel.py): the
+        # fastest single step there (0.56 bytes a weight), with the llama.cpp draft.
+        FastMethod(
+            "int4-adaptive-llamacpp", "int4", "llamacpp", "int4-target", "int4, llama.cpp draft"
+        ),
+        FastMethod(
+            "int4-hybrid-llamacpp",
+            "int4",
+            "llamacpp",
+            "int4-target",
+            "int4, llama.cpp+lookup",
             True,
         ),
     )

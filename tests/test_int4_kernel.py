@@ -1,0 +1,124 @@
+"""dynaspec's 4-bit matmul for float32 activations (backends/int4_kernel.py): what it computes,
+that a row of a many-token product is bitwise the one-token product, that weights already on
+a 4-bit grid (a q4_K GGUF's) come back exactly while finer layers stay in int8, and that it
+stands aside, with the reason, where it cannot be built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dynaspec.backends import int4_kernel
+from dynaspec.backends.quant import INT4_TOLERANCE, Int4Linear, Int8Linear, quantize_linear
+
+needs_kernel = pytest.mark.skipif(
+    not int4_kernel.available(), reason=f"int4 kernel: {int4_kernel.unavailable_reason()}"
+)
+
+
+def _grid_weight(rows: int, columns: int, seed: int = 0, levels: int = 16) -> torch.Tensor:
+    """Weights on a 4-bit grid per group of 32 (as a q4_K GGUF's), using `levels` of the 16."""
+    generator = torch.Generator().manual_seed(seed)
+    groups = columns // 32
+    scale = (torch.rand(rows, groups, 1, generator=generator) / 100 + 1e-3).half().float()
+    low = (-torch.rand(rows, groups, 1, generator=generator) / 10).half().float()
+    codes = torch.randint(0, levels, (rows, groups, 32), generator=generator).float()
+    codes[..., 0], codes[..., 1] = 0, levels - 1  # both ends used
+    return (codes * scale + low).reshape(rows, columns)
+
+
+def _product(rows: int, columns: int, tokens: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(rows, columns, generator=generator) / 30
+    codes = int4_kernel.quantize(weight, 32)
+    x = torch.randn(tokens, columns, generator=generator)
+    bias = torch.randn(rows, generator=generator)
+    return codes, x, bias
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows,columns", [(8, 32), (64, 1536), (264, 96), (40, 8960)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_the_kernel_computes_the_product_with_the_4_bit_weights(rows, columns, with_bias) -> None:
+    codes, x, bias = _product(rows, columns, tokens=7)
+    bias = bias if with_bias else None
+    out = int4_kernel.int4_matmul(x, int4_kernel.packed(*codes), 32, bias)
+    expected = x.double() @ int4_kernel.dequantize(*codes).double().T
+    if bias is not None:
+        expected = expected + bias.double()
+    assert out.shape == (7, rows) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@needs_kernel
+def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
+    codes, x, bias = _product(72, 1536, tokens=19, seed=3)
+    packed = int4_kernel.packed(*codes)
+    singles = torch.cat(
+        [int4_kernel.int4_matmul(x[i : i + 1], packed, 32, bias) for i in range(19)]
+    )
+    for tokens in range(1, 20):  # every pass: 3 tokens at a time, then 2 or 1
+        many = int4_kernel.int4_matmul(x[:tokens], packed, 32, bias)
+        assert torch.equal(many, singles[:tokens]), tokens
+
+
+def test_the_packed_layout_puts_a_pair_of_rows_in_eight_bytes() -> None:
+    codes = torch.arange(16 * 64).remainder(16).to(torch.uint8).view(16, 64)
+    codes[9, 37] = 11  # tile 1, pair 0 (row 1 of it), group 1, chunk 0, column 5: high nibble
+    scale = torch.full((16, 2), 0.5).half()
+    minimum = torch.full((16, 2), -1.0).half()
+    packed = int4_kernel.packed(codes, scale, minimum)
+    assert packed.shape == (2, 2, 32 + 4 * 32)  # (tiles, groups, header + codes)
+    header = packed[1, 1, :32].view(torch.float16)
+    assert torch.equal(header, torch.tensor([0.5] * 8 + [-1.0] * 8).half())
+    # group 1 of tile 1, chunk 0, pair 0: bytes 0-3 row 8, 4-7 row 9; byte j: columns j, j+4
+    chunk = packed[1, 1, 32:40]
+    assert chunk[5].item() == (codes[9, 33].item() | (11 << 4))
+
+
+def test_weights_on_a_4_bit_grid_come_back_exactly() -> None:
+    for levels in (16, 13):  # every level used, or some missing (the range is not 15 steps)
+        weight = _grid_weight(16, 96, seed=levels, levels=levels)
+        back = int4_kernel.dequantize(*int4_kernel.quantize(weight, 32))
+        assert (back - weight).norm() / weight.norm() < 2e-3, levels
+    # the control: the range over 15 alone misses a grid that does not use all 16 levels
+    weight = _grid_weight(16, 96, seed=1, levels=12)
+    groups = weight.reshape(16, 3, 32)
+    span = groups.amax(-1) - groups.amin(-1)
+    naive = ((groups - groups.amin(-1, keepdim=True)) / (span / 15)[..., None]).round()
+    naive = naive * (span / 15)[..., None] + groups.amin(-1, keepdim=True)
+    assert (naive.reshape(16, 96) - weight).norm() / weight.norm() > 2e-2
+
+
+@needs_kernel
+def test_int4_keeps_4_bit_layers_in_int4_and_finer_ones_in_int8() -> None:
+    on_grid = nn.Linear(96, 16)
+    on_grid.weight.data = _grid_weight(16, 96)
+    made = quantize_linear(on_grid, "int4")
+    assert isinstance(made, Int4Linear) and made.kernel and made.error < INT4_TOLERANCE
+    x = torch.randn(3, 96)
+    torch.testing.assert_close(made(x), on_grid(x), rtol=1e-2, atol=1e-3)
+    finer = nn.Linear(96, 16)  # float weights: 4 bits would lose about 10%
+    assert isinstance(quantize_linear(finer, "int4"), Int8Linear)
+
+
+def test_without_the_kernel_int4_layers_use_torchs_kernel(monkeypatch) -> None:
+    monkeypatch.setattr(int4_kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    assert not int4_kernel.available() and int4_kernel.unavailable_reason() == "switched off"
+    layer = nn.Linear(64, 48)
+    quantized = Int4Linear(layer.weight.detach(), layer.bias)
+    assert not quantized.kernel and quantized.error == 0.0
+    assert quantized(torch.randn(3, 64)).shape == (3, 48)
+    with pytest.raises(RuntimeError, match="switched off"):
+        int4_kernel.int4_matmul(torch.randn(1, 64), torch.zeros(6, 2, 160), 32, None)
+
+
+def test_the_switch_is_reported_without_building(monkeypatch) -> None:
+    monkeypatch.setattr(int4_kernel.KERNEL, "state", {})
+    monkeypatch.setenv(int4_kernel.ENV_SWITCH, "0")
+    assert int4_kernel.ENV_SWITCH == "DYNASPEC_INT4_KERNEL"
+    line = int4_kernel.readiness()
+    assert "not used" in line and "DYNASPEC_INT4_KERNEL=0" in line
+    assert int4_kernel.KERNEL.state == {}
+    assert int4_kernel.KERNEL.load() == (None, "DYNASPEC_INT4_KERNEL=0")
