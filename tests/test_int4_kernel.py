@@ -63,18 +63,17 @@ def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
         assert torch.equal(many, singles[:tokens]), tokens
 
 
-def test_the_packed_layout_puts_a_pair_of_rows_in_eight_bytes() -> None:
+def test_the_packed_layout_puts_a_row_of_a_chunk_in_one_word() -> None:
     codes = torch.arange(16 * 64).remainder(16).to(torch.uint8).view(16, 64)
-    codes[9, 37] = 11  # tile 1, pair 0 (row 1 of it), group 1, chunk 0, column 5: high nibble
+    codes[9, 45] = 11  # tile 1, row 1 of it, group 1, chunk 1, column 5: byte 2, high nibble
     scale = torch.full((16, 2), 0.5).half()
     minimum = torch.full((16, 2), -1.0).half()
     packed = int4_kernel.packed(codes, scale, minimum)
     assert packed.shape == (2, 2, 32 + 4 * 32)  # (tiles, groups, header + codes)
     header = packed[1, 1, :32].view(torch.float16)
     assert torch.equal(header, torch.tensor([0.5] * 8 + [-1.0] * 8).half())
-    # group 1 of tile 1, chunk 0, pair 0: bytes 0-3 row 8, 4-7 row 9; byte j: columns j, j+4
-    chunk = packed[1, 1, 32:40]
-    assert chunk[5].item() == (codes[9, 33].item() | (11 << 4))
+    word = packed[1, 1, 32 + 32 + 4 : 32 + 32 + 8]  # chunk 1 (after chunk 0), row 1's word
+    assert word[2].item() == (codes[9, 44].item() | (11 << 4))
 
 
 def test_weights_on_a_4_bit_grid_come_back_exactly() -> None:

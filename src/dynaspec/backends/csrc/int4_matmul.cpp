@@ -6,121 +6,109 @@
 // numbers a group of 32 read 0.625 bytes a weight (llama.cpp's q4_K: 0.5625), 0.16 of
 // float32 and 0.63 of int8.
 //
-// Layout: tiles of 8 rows (4 pairs), each one sequential stream, group after group: 32
-// bytes (float16 s of the 8 rows, then their m), then G/8 chunks of 32 bytes, 8 bytes a
-// pair of rows: 4 bytes of its first row, 4 of its second, where byte j of a row holds the
-// codes of the chunk's columns j (low nibble) and j + 4 (high nibble). Zero-extended to 8
-// int32 lanes, 8 bytes give both rows of a pair at once: AND 15 the columns 0-3, a shift by
-// 4 the columns 4-7 (lanes 0-3 the first row, 4-7 the second), decoded to w = q * s + m
-// and multiplied by x's columns 0-3 (4-7) repeated twice (`expanded`, built once a call).
+// Per group: sum_k w_k x_k = s * sum_k q_k x_k + m * sum_k x_k. The codes' products with x
+// are summed for the group (the partial sums), then s * partial + m * (the group's sum of
+// x, computed once a token) is added to the row's accumulator.
 //
-// Each chunk is decoded once for up to 3 tokens and used at once (12 accumulators: 4 pairs by
-// 3 tokens); more tokens take more passes. Measured (see int4_kernel.py): decoding costs
-// more than the memory it saves from about 4 tokens on, where the int8 kernel is faster.
+// Layout: tiles of 8 rows, each one sequential stream, group after group: 32 bytes (float16
+// s of the 8 rows, then their m), then G/8 chunks of 32 bytes, one 32-bit word a row, whose
+// nibble k (bits 4k..4k+3) is the code of the chunk's column k. A lane of a vector is a
+// row: one load gives the chunk, (word >> 4k) & 15 its column k for the 8 rows, multiplied
+// by x's column k broadcast. The lanes are the rows: no horizontal sums.
 //
-// Exactness: every weight is decoded by the same instructions in every pass, and every
-// (row, token) pair has its own accumulator, fed chunk by chunk in the same order whatever
-// T is, then one fixed sum of 4 lanes, so a row of a T-token product is bitwise the
-// one-token product (a verification sees the logits a step would). Built with
+// Each chunk is decoded once for up to 3 tokens; more tokens take more passes.
+//
+// Exactness: every (row, token) pair has 4 partial sums (columns k mod 4) and one
+// accumulator, fed in the same order whatever T is, so a row of a T-token product is
+// bitwise the one-token product (a verification sees the logits a step would). Built with
 // -ffp-contract=off so that no path fuses differently.
 #include <immintrin.h>
 #include <stdint.h>
 
 namespace {
 
-constexpr int PAIRS = 4;        // pairs of rows a tile
-constexpr int CHUNK_BYTES = 32; // a tile's codes for 8 columns
-constexpr int HEADER_BYTES = 32;
-constexpr int PREFETCH = 1024;  // bytes ahead in a tile's stream
-
-inline float sum4(__m128 s) {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+constexpr int TILE = 8;          // rows a tile: the 8 lanes
+constexpr int CHUNK_BYTES = 32;  // a tile's codes for 8 columns
+constexpr int HEADER_BYTES = 32; // a tile's s and m for a group
+constexpr int CHAINS = 4;        // partial sums a (row, token): columns k mod 4
+constexpr int PREFETCH = 1024;   // bytes ahead in a tile's stream
 
 struct Problem {
-    const float* expanded;  // (T, K/8, 16): x's columns 0-3, 0-3, 4-7, 4-7 of each chunk
+    const float* x;        // (T, K)
     int K;
-    const uint8_t* codes;   // (N/8) tile streams of K/G * (32 + 4 * G) bytes
+    const uint8_t* codes;  // (N/8) tile streams of K/G * (32 + 4 * G) bytes
     int G;
-    const float* bias;      // (N,) or null
+    const float* xsum;     // (T, K/G): each group's sum of x
+    const float* bias;     // (N,) or null
     int N;
-    float* y;               // (T, N)
+    float* y;              // (T, N)
 };
 
-struct Scales {  // a group's s and m of each pair, lanes 0-3 its first row, 4-7 its second
-    __m256 s[PAIRS], m[PAIRS];
-};
-
-inline Scales group_header(const uint8_t* at) {
-    const __m256 s8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-    const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16)));
-    Scales out;
-    for (int r = 0; r < PAIRS; ++r) {
-        const int a = 2 * r;
-        const __m256i index = _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1);
-        out.s[r] = _mm256_permutevar8x32_ps(s8, index);
-        out.m[r] = _mm256_permutevar8x32_ps(m8, index);
-    }
-    return out;
+// Column k of a chunk for the 8 rows, as floats.
+template <int k>
+inline __m256 column(__m256i words) {
+    __m256i q = k == 0 ? words : _mm256_srli_epi32(words, 4 * k);
+    if (k < 7) q = _mm256_and_si256(q, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(q);
 }
 
-// The weights of pair r of a chunk: columns 0-3 (`lo`) and 4-7 (`hi`).
-inline void decode(const uint8_t* chunk, const Scales& h, int r, __m256& lo, __m256& hi) {
-    const __m256i bytes =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(chunk + r * 8)));
-    const __m256 qlo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(15)));
-    const __m256 qhi = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
-    lo = _mm256_fmadd_ps(qlo, h.s[r], h.m[r]);
-    hi = _mm256_fmadd_ps(qhi, h.s[r], h.m[r]);
+template <int TT, int k>
+inline void column_products(__m256i words, const float* const* xs, int c, __m256 (&part)[TT][CHAINS]) {
+    const __m256 q = column<k>(words);
+    for (int t = 0; t < TT; ++t)
+        part[t][k % CHAINS] =
+            _mm256_fmadd_ps(q, _mm256_broadcast_ss(xs[t] + c * 8 + k), part[t][k % CHAINS]);
 }
 
-inline const uint8_t* tile_stream(const Problem& p, int tile_index) {
-    const int64_t bytes = static_cast<int64_t>(p.K / p.G) * (HEADER_BYTES + 4 * p.G);
-    return p.codes + tile_index * bytes;
-}
-
-inline void store(const Problem& p, int tile_index, int token, int r, __m256 acc) {
-    const int row = tile_index * 8 + 2 * r;
-    float* out = p.y + static_cast<int64_t>(token) * p.N + row;
-    const float v0 = sum4(_mm256_castps256_ps128(acc));
-    const float v1 = sum4(_mm256_extractf128_ps(acc, 1));
-    out[0] = p.bias ? v0 + p.bias[row] : v0;
-    out[1] = p.bias ? v1 + p.bias[row + 1] : v1;
-}
-
-// Tokens tok .. tok+TT-1 of a tile: each chunk decoded once and used for all of them.
+// Tokens tok .. tok+TT-1 of a tile.
 template <int TT>
 void tile_tokens(const Problem& p, int tile_index, int tok) {
     const int per_group = p.G / 8, groups = p.K / p.G;
-    const int64_t token_stride = static_cast<int64_t>(p.K / 8) * 16;
-    const uint8_t* at = tile_stream(p, tile_index);
-    __m256 acc[PAIRS][TT];
-    for (int r = 0; r < PAIRS; ++r)
-        for (int t = 0; t < TT; ++t) acc[r][t] = _mm256_setzero_ps();
-    const float* x = p.expanded + tok * token_stride;
+    const uint8_t* at =
+        p.codes + static_cast<int64_t>(tile_index) * groups * (HEADER_BYTES + 4 * p.G);
+    const float* xs[TT];
+    __m256 acc[TT];
+    for (int t = 0; t < TT; ++t) {
+        xs[t] = p.x + static_cast<int64_t>(tok + t) * p.K;
+        acc[t] = _mm256_setzero_ps();
+    }
     for (int g = 0; g < groups; ++g) {
-        const Scales h = group_header(at);
+        const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+        const __m256 m =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16)));
         at += HEADER_BYTES;
-        for (int c = 0; c < per_group; ++c, at += CHUNK_BYTES, x += 16) {
+        __m256 part[TT][CHAINS];
+        for (int t = 0; t < TT; ++t)
+            for (int j = 0; j < CHAINS; ++j) part[t][j] = _mm256_setzero_ps();
+        for (int c = g * per_group; c < (g + 1) * per_group; ++c, at += CHUNK_BYTES) {
             _mm_prefetch(reinterpret_cast<const char*>(at) + PREFETCH, _MM_HINT_T0);
-            for (int r = 0; r < PAIRS; ++r) {
-                __m256 lo, hi;
-                decode(at, h, r, lo, hi);
-                for (int t = 0; t < TT; ++t) {
-                    const float* xt = x + t * token_stride;
-                    acc[r][t] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xt), acc[r][t]);
-                    acc[r][t] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xt + 8), acc[r][t]);
-                }
-            }
+            const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+            column_products<TT, 0>(words, xs, c, part);
+            column_products<TT, 1>(words, xs, c, part);
+            column_products<TT, 2>(words, xs, c, part);
+            column_products<TT, 3>(words, xs, c, part);
+            column_products<TT, 4>(words, xs, c, part);
+            column_products<TT, 5>(words, xs, c, part);
+            column_products<TT, 6>(words, xs, c, part);
+            column_products<TT, 7>(words, xs, c, part);
+        }
+        for (int t = 0; t < TT; ++t) {
+            const __m256 partial = _mm256_add_ps(_mm256_add_ps(part[t][0], part[t][1]),
+                                                 _mm256_add_ps(part[t][2], part[t][3]));
+            const __m256 sx = _mm256_set1_ps(p.xsum[static_cast<int64_t>(tok + t) * groups + g]);
+            acc[t] = _mm256_fmadd_ps(partial, s, acc[t]);
+            acc[t] = _mm256_fmadd_ps(m, sx, acc[t]);
         }
     }
-    for (int r = 0; r < PAIRS; ++r)
-        for (int t = 0; t < TT; ++t) store(p, tile_index, tok + t, r, acc[r][t]);
+    const int row = tile_index * TILE;
+    for (int t = 0; t < TT; ++t) {
+        __m256 out = acc[t];
+        if (p.bias) out = _mm256_add_ps(out, _mm256_loadu_ps(p.bias + row));
+        _mm256_storeu_ps(p.y + static_cast<int64_t>(tok + t) * p.N + row, out);
+    }
 }
 
-// Every token for one tile: 3 at a time (12 accumulators), then the rest.
+// Every token for one tile: 3 at a time (12 partial sums), then the rest.
 void tile_all_tokens(const Problem& p, int T, int tile_index) {
     int tok = 0;
     for (; tok + 3 <= T; tok += 3) tile_tokens<3>(p, tile_index, tok);
@@ -128,13 +116,19 @@ void tile_all_tokens(const Problem& p, int T, int tile_index) {
     if (T - tok == 1) tile_tokens<1>(p, tile_index, tok);
 }
 
-// x's chunks with their halves repeated: (T, K/8, 16).
-void expand(const float* x, int T, int K, float* expanded) {
-    const int64_t chunks = static_cast<int64_t>(T) * K / 8;
-    for (int64_t c = 0; c < chunks; ++c) {
-        const __m128 lo = _mm_loadu_ps(x + c * 8), hi = _mm_loadu_ps(x + c * 8 + 4);
-        _mm256_storeu_ps(expanded + c * 16, _mm256_set_m128(lo, lo));
-        _mm256_storeu_ps(expanded + c * 16 + 8, _mm256_set_m128(hi, hi));
+// Each group's sum of x, token by token, in a fixed order: 8 lanes, then a fixed tree.
+void group_sums(const float* x, int T, int K, int G, float* xsum) {
+    const int groups = K / G;
+    for (int t = 0; t < T; ++t) {
+        for (int g = 0; g < groups; ++g) {
+            const float* xg = x + static_cast<int64_t>(t) * K + g * G;
+            __m256 v = _mm256_loadu_ps(xg);
+            for (int k = 8; k < G; k += 8) v = _mm256_add_ps(v, _mm256_loadu_ps(xg + k));
+            __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_add_ss(h, _mm_movehdup_ps(h));
+            xsum[static_cast<int64_t>(t) * groups + g] = _mm_cvtss_f32(h);
+        }
     }
 }
 
@@ -142,13 +136,13 @@ void expand(const float* x, int T, int K, float* expanded) {
 
 extern "C" {
 
-// N a multiple of 8, K of G, G of 8; codes in the layout above; bias may be null.
-// scratch: T * K * 2 floats (x's halves repeated).
+// N a multiple of 8, K of G, G of 8; codes in the layout above; bias may be null;
+// scratch: T * K / G floats (the groups' sums of x).
 void dynaspec_int4_matmul(const float* x, int T, int K, const uint8_t* codes, int G,
                           const float* bias, int N, float* scratch, float* y, int threads) {
-    expand(x, T, K, scratch);
-    const Problem p{scratch, K, codes, G, bias, N, y};
-    const int tiles = N / 8;
+    group_sums(x, T, K, G, scratch);
+    const Problem p{x, K, codes, G, scratch, bias, N, y};
+    const int tiles = N / TILE;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int i = 0; i < tiles; ++i) tile_all_tokens(p, T, i);
 }
