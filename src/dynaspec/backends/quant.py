@@ -36,10 +36,12 @@ the whole 1.5B target (loaded, 1 thread), 8 tokens cost 1.46 int8 steps instead 
 The price is 2 more bytes per weight, so a draft (which never verifies) keeps none and
 converts per call for its rare long forwards (a prefill, a catch-up).
 
-float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 layers run on
-dynaspec's own kernel there (backends/int8_kernel.py), which batches. For dense weights,
-torch's F.linear (MKL) does not batch either; oneDNN's prepacked float32 matmul does. The
-same layer, 2-core AMD EPYC, AVX2 only, nearly idle, milliseconds per call (noisy: +-20%):
+float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 and int4 layers run
+on dynaspec's own kernels there (backends/int8_kernel.py, backends/int4_kernel.py), which
+batch; int4 then keeps in int8 the layers that are finer than 4 bits (INT4_TOLERANCE).
+For dense weights, torch's F.linear (MKL) does not batch either; oneDNN's prepacked float32
+matmul does. The same layer, 2-core AMD EPYC, AVX2 only, nearly idle, milliseconds per
+call (noisy: +-20%):
 
     M                          1      2      4      8     16
     float32 (F.linear)       4.9   11.6   21.2   19.7   21.8
