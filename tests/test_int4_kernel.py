@@ -52,13 +52,14 @@ def test_the_kernel_computes_the_product_with_the_4_bit_weights(rows, columns, w
 
 
 @needs_kernel
-def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
-    codes, x, bias = _product(72, 1536, tokens=19, seed=3)
+@pytest.mark.parametrize("rows", [72, 80])  # an odd and an even number of tiles of 8 rows
+def test_a_row_of_many_tokens_is_bitwise_the_one_token_product(rows) -> None:
+    codes, x, bias = _product(rows, 1536, tokens=19, seed=3)
     packed = int4_kernel.packed(*codes)
     singles = torch.cat(
         [int4_kernel.int4_matmul(x[i : i + 1], packed, 32, bias) for i in range(19)]
     )
-    for tokens in range(1, 20):  # every pass: 3 tokens at a time, then 2 or 1
+    for tokens in range(1, 20):  # every pass: 6 tokens at a time, then the rest
         many = int4_kernel.int4_matmul(x[:tokens], packed, 32, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 

@@ -4,14 +4,14 @@ Weights w = q * s + m with codes q in 0..15 and a float16 scale s and minimum m 
 group of 32 columns (q4_K's sub-blocks, so that a model converted from a q4_K GGUF comes
 back exactly): 0.625 bytes a weight (q4_K: 0.5625, int8: 1). A decoding step reads every
 weight once, so one token costs less than on the int8 kernel; decoding the codes costs
-arithmetic, so from 4 tokens on the int8 kernel is the faster. Ten 1536 -> 8960 and five
-8960 -> 1536 layers (129 MB of codes and scales), 2-core AMD EPYC (Zen 3, AVX2 only), 2
-threads, milliseconds for all 15, best of 5, the int8 kernel on the same layers in the same
-run (the machine is noisy, +-20% between runs):
+arithmetic, which a pass over the codes shares among up to 6 tokens. Ten 1536 -> 8960 and
+five 8960 -> 1536 layers (129 MB of codes and scales), 2-core AMD EPYC (Zen 3, AVX2 only),
+2 threads, milliseconds for all 15, best of 5, the int8 kernel on the same layers in the
+same run (the machine is noisy, +-20% between runs):
 
-    T                               1      2      4      8     16
-    int8, dynaspec's kernel        13.8   18.4   29.4   44.2   75.3
-    int4, this kernel              11.7   16.5   28.9   53.1   99.9
+    T                               1      2      3      4      6      8     16
+    int8, dynaspec's kernel        12.4   16.7   19.5   21.1   27.6   37.2   75.1
+    int4, this kernel              11.5   12.4   17.5   18.6   24.5   37.1   81.7
 
 A row of a T-token product is bitwise the one-token product (see the source). Built and
 loaded by backends/kernel_build.py; where it cannot be (no compiler, no AVX2/FMA/F16C, not

@@ -110,8 +110,8 @@ FAST_METHODS: dict[str, FastMethod] = {
             "int8, llama.cpp+lookup",
             True,
         ),
-        # The int4 target on dynaspec's own AVX2 kernel (backends/int4_kernel.py): the
-        # fastest single step there (0.56 bytes a weight), with the llama.cpp draft.
+        # The int4 target on dynaspec's own AVX2 kernel (backends/int4_kernel.py, 0.625
+        # bytes a weight; layers finer than 4 bits in int8), with the llama.cpp draft.
         FastMethod(
             "int4-adaptive-llamacpp", "int4", "llamacpp", "int4-target", "int4, llama.cpp draft"
         ),
