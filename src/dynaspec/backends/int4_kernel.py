@@ -65,24 +65,23 @@ def quantize(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
     groups = weight.detach().float().reshape(rows, columns // group, group)
     low, high = groups.amin(-1), groups.amax(-1)
     minimum = low.half()
-    best = None
-    for scale in (((high - low) / 15.0), _smallest_gap(groups, high - low)):
-        scale = scale.clamp_min(1e-6).half()  # float16's smallest normal: 6e-5
-        codes = (groups - minimum.float()[..., None]).div_(scale.float()[..., None])
-        codes = codes.round_().clamp_(0, 15)
-        error = codes * scale.float()[..., None] + minimum.float()[..., None] - groups
-        error = error.square_().sum(-1)
-        if best is None:
-            best = (codes, scale, error)
-            continue
-        better = error < best[2]
-        best = (
-            torch.where(better[..., None], codes, best[0]),
-            torch.where(better, scale, best[1]),
-            torch.minimum(error, best[2]),
-        )
-    codes, scale, _ = best
+    by_range = _fit(groups, minimum, (high - low) / 15.0)
+    by_gap = _fit(groups, minimum, _smallest_gap(groups, high - low))
+    better = by_gap[2] < by_range[2]  # (N, K/group): the gap's squared error is smaller
+    codes = torch.where(better[..., None], by_gap[0], by_range[0])
+    scale = torch.where(better, by_gap[1], by_range[1])
     return codes.to(torch.uint8).reshape(rows, columns), scale, minimum
+
+
+def _fit(
+    groups: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, the float16 scale, each group's squared error) for one scale a group."""
+    scale = scale.clamp_min(1e-6).half()  # float16's smallest normal: 6e-5
+    codes = (groups - minimum.float()[..., None]).div_(scale.float()[..., None])
+    codes = codes.round_().clamp_(0, 15)
+    error = codes * scale.float()[..., None] + minimum.float()[..., None] - groups
+    return codes, scale, error.square_().sum(-1)
 
 
 def _smallest_gap(groups: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
