@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from scipy.stats import chisquare
+from test_processors import CASES
 from test_sampling import ALPHA, accept_always
 from tiny_models import noisy_copy, tiny_model
 from transformers import StoppingCriteria
@@ -94,6 +95,57 @@ def test_each_row_equals_the_row_alone(pair) -> None:
         assert out.sequences[index, width:].tolist() == alone.sequences[0, len(prompt) :].tolist()
 
 
+@pytest.mark.parametrize("case", [name for name in CASES if not name.startswith("encoder")])
+def test_processors_act_per_row_as_in_transformers_batches(pair, case: str) -> None:
+    target, draft = pair
+    keywords = CASES[case]
+    out = run(target, draft, "hybrid", "adaptive", **keywords)
+    assert torch.equal(out.sequences, reference(target, **keywords))
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_scores_and_logits_are_transformers_batched_ones(pair, source: str) -> None:
+    target, draft = pair
+    new = reference(target)[:, -NEW:].tolist()
+    eos = next(t for t in new[0] if any(t not in row for row in new[1:]))  # rows end apart
+    wanted = dict(output_scores=True, output_logits=True, return_dict_in_generate=True)
+    # repetition_penalty: transformers skips each row's left padding (0s here, which the
+    # rows also emit), so a row penalised for its padding would part from it
+    expected = reference(target, eos_token_id=eos, repetition_penalty=1.3, **wanted)
+    out = run(target, draft, source, "adaptive", eos_token_id=eos, repetition_penalty=1.3, **wanted)
+    assert torch.equal(out.sequences, expected.sequences)
+    assert len(out.scores) == len(out.logits) == len(expected.scores) == NEW
+    width = out.sequences.shape[1] - NEW
+    ends = [row.tolist().index(eos) + 1 if eos in row else NEW for row in out.sequences[:, width:]]
+    assert min(ends) < NEW  # a row ends early: its later steps are the pad's point mass
+    for mine, theirs in ((out.scores, expected.scores), (out.logits, expected.logits)):
+        for step, (ours, hf) in enumerate(zip(mine, theirs, strict=True)):
+            assert ours.shape == hf.shape == (len(PROMPTS), target.config.vocab_size)
+            for row, end in enumerate(ends):
+                if step < end:
+                    torch.testing.assert_close(ours[row], hf[row], rtol=1e-4, atol=1e-4)
+                else:
+                    assert int(ours[row].argmax()) == 0 and float(ours[row, 0]) == 0.0
+                    assert bool(torch.isinf(ours[row, 1:]).all())
+
+
+def test_a_criterion_that_reads_scores_sees_each_rows_own() -> None:
+    target = tiny_model("llama")
+    ids, mask = padded([[5, 6, 7], [9]])
+    seen: list[tuple[int, ...]] = []
+
+    def criterion(input_ids: torch.Tensor, scores: tuple, **kwargs: object) -> torch.Tensor:
+        seen.append(tuple(scores[-1].shape))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    out = dynaspec.generate(
+        target, None, ids, attention_mask=mask, max_new_tokens=4, pad_token_id=0,
+        output_scores=True, return_dict_in_generate=True, stopping_criteria=[criterion],
+    )  # fmt: skip
+    assert len(out.scores) == 4 and out.scores[0].shape[0] == 2
+    assert set(seen) == {(1, target.config.vocab_size)}  # one row at a time
+
+
 class StopAfter(StoppingCriteria):
     """Stops a sequence once it holds `token` among its new tokens."""
 
@@ -164,7 +216,6 @@ def test_bad_batches_are_refused_with_the_fix(ids, mask, error, words: str) -> N
     [
         ({"streamer": SimpleNamespace(put=print, end=print)}, "streamer"),
         ({"policy": dynaspec.ConstantPolicy(3)}, "num_assistant_tokens_schedule"),
-        ({"output_scores": True, "return_dict_in_generate": True}, "output_scores"),
     ],
 )
 def test_what_batches_do_not_do_yet_is_refused(keywords: dict, words: str) -> None:

@@ -5,7 +5,11 @@ Every row gets what one sequence gets (its own policy, sampler, processors, stop
 and stats) and the models run each round's forwards for all rows at once (core/batch_loop.py,
 backends/hf_batch.py, drafters/batch.py). `sequences` is (B, T + new): each row's padded
 prompt, its new tokens, then `pad_token_id` after its end, as transformers' batched generate
-returns it.
+returns it. With output_scores/output_logits, `scores`/`logits` hold one (B, V) tensor per
+step, as transformers returns a batch's: row r of step i is the row's own (1, V) row while it
+is going; after its end, a point mass on the pad token (0 there, -inf elsewhere), where
+transformers would run the model on over its padding (a row that ended emits the pad token
+for sure, so `compute_transition_scores` gives it a log-probability of 0).
 """
 
 from __future__ import annotations
@@ -83,7 +87,6 @@ def generate_batch(
         options.get("seed"),
         target_batch.vocab_size,
     )
-    _refuse_outputs(settings.outputs, kwargs)
     limits = settings.limits
     check_batch_pair(target_batch, draft_batch)
     check_token_ids(ids, target_batch.vocab_size)
@@ -142,15 +145,6 @@ def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
             )
 
 
-def _refuse_outputs(outputs: Any, call: dict[str, Any]) -> None:
-    """output_scores/output_logits passed to the call (as checked into `outputs`)."""
-    if any(getattr(outputs, name) and name in call for name in ("output_scores", "output_logits")):
-        raise UnsupportedOptionError(
-            "output_scores/output_logits are not returned for batches yet; call generate() "
-            "once per prompt (input_ids of shape (1, T))"
-        )
-
-
 def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None) -> None:
     """IncompatibleModelsError when the draft's vocabulary is another than the target's."""
     if draft is not None and draft.vocab_size != target.vocab_size:
@@ -202,7 +196,7 @@ def new_row(
     settings'), its stop rules (`criteria`) and room for its new tokens."""
     limits, width = settings.limits, prompt.shape[1]
     processors = full_processor_list(
-        settings.sampling, settings.processors, custom, prompt, width, limits
+        settings.sampling, settings.processors, custom, prompt, width, limits, pads
     )
     sampler = TokenSampler(
         sampling or settings.sampling, device=prompt.device, processors=processors
@@ -246,4 +240,26 @@ def _output(
         do_sample=rows[0].stats.do_sample,
     )
     stats.target_forwards = max(len(row.stats.rounds) for row in rows)
-    return GenerateOutput(sequences, stats, row_stats=tuple(row.stats for row in rows))
+    results = [row.emission.results() if row.emission else (None, None) for row in rows]
+    scores, logits = (by_step([result[i] for result in results], pad) for i in (0, 1))
+    return GenerateOutput(sequences, stats, scores, logits, tuple(row.stats for row in rows))
+
+
+def by_step(
+    per_row: list[tuple[torch.Tensor, ...] | None], pad: int
+) -> tuple[torch.Tensor, ...] | None:
+    """Each row's (1, V) rows per new token -> one (B, V) tensor per step, as transformers
+    returns a batch's scores; a row that has ended: a point mass on `pad` (module docstring).
+    None where they were not asked for."""
+    if any(steps is None for steps in per_row):
+        return None
+    going = [steps for steps in per_row if steps]
+    if not going:
+        return ()
+    ended = torch.full_like(going[0][0], float("-inf"))
+    ended[0, pad] = 0.0
+    count = max(len(steps) for steps in going)
+    return tuple(
+        torch.cat([steps[i] if i < len(steps) else ended for steps in per_row])
+        for i in range(count)
+    )

@@ -43,6 +43,7 @@ class BuildContext:
     max_length: int = 0  # input_length + max_new_tokens
     eos: torch.Tensor | None = None  # the EOS ids; None when there are none
     device: torch.device | None = None  # where the processors run (the prompt's device)
+    pads: int = 0  # the prompt's left padding (a batch row), which repetition_penalty skips
 
 
 Factory = Callable[[Any, BuildContext], Any]  # (value, context) -> transformers' processor
@@ -189,7 +190,9 @@ KEYWORDS: tuple[Keyword, ...] = (
         "repetition_penalty",
         float,
         "> 1 discourages tokens already in the sequence",
-        lambda value, c: lp.RepetitionPenaltyLogitsProcessor(value),
+        lambda value, c: lp.RepetitionPenaltyLogitsProcessor(
+            value, prompt_ignore_length=c.pads or None
+        ),
         differs(1.0),
     ),
     processor(

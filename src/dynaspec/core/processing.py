@@ -92,15 +92,18 @@ def build_processors(
     input_length: int,
     max_new_tokens: int,
     eos_token_ids: tuple[int, ...],
+    pads: int = 0,
 ) -> list[Any]:
     """The logits processors of `config`, in transformers' order and conditions.
 
     prompt: (1, T) the encoder's input (decoder-only: the prompt), for the encoder_* ones;
-    input_length: tokens the decoder starts from, against which lengths count.
+    input_length: tokens the decoder starts from, against which lengths count; pads: the
+    prompt's left padding (a batch row), which transformers' repetition penalty skips.
     """
     device = prompt.device
     eos = torch.tensor(eos_token_ids, dtype=torch.long, device=device) if eos_token_ids else None
-    context = BuildContext(config, prompt, input_length, input_length + max_new_tokens, eos, device)
+    length = input_length + max_new_tokens
+    context = BuildContext(config, prompt, input_length, length, eos, device, pads)
     return _build(PROCESSORS, context)
 
 
@@ -130,10 +133,12 @@ def full_processor_list(
     prompt: torch.Tensor,
     input_length: int,
     limits: LimitsConfig,
+    pads: int = 0,
 ) -> list[Any]:
-    """Processors, the caller's objects, warpers, then LogitNormalization: transformers' order."""
+    """Processors, the caller's objects, warpers, then LogitNormalization: transformers' order.
+    pads: the prompt's left padding (a batch row)."""
     processors = build_processors(
-        config, prompt, input_length, limits.max_new_tokens, limits.eos_token_ids
+        config, prompt, input_length, limits.max_new_tokens, limits.eos_token_ids, pads
     )
     return (
         merge_custom(processors, custom)
