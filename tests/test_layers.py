@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dynaspec"
 RANKS = {
     "errors": 0,
     "cpu": 0,  # the CPU's flags (models/dtype.py, backends/int8_kernel.py)
+    "meminfo": 0,  # the memory available (models/memory.py, batch.py)
     "paths": 0,  # the cache root (models/cache.py, backends/int8_kernel.py)
     "core": 1,
     "policies": 2,

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_model
 
-from dynaspec import cli
+import dynaspec
+from dynaspec import batch, cli
+from dynaspec import meminfo as meminfo_module
+from dynaspec.backends.hf_batch import HFBatchAdapter
 from dynaspec.errors import InsufficientMemoryError
 from dynaspec.models import loading, memory
 
@@ -31,8 +35,8 @@ def test_fast_path_holds_the_target_twice_at_its_peak():
 def test_available_memory_is_read_from_meminfo(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24683620 kB\nMemAvailable:    2000000 kB\n")
-    assert memory.available_bytes(meminfo) == 2_048_000_000
-    assert memory.available_bytes(tmp_path / "missing") is None
+    assert meminfo_module.available_bytes(meminfo) == 2_048_000_000
+    assert meminfo_module.available_bytes(tmp_path / "missing") is None
 
 
 def test_check_refuses_with_both_figures_and_the_fixes(monkeypatch):
@@ -68,3 +72,39 @@ def test_the_cli_says_it_in_flags(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert status != 0
     assert "--dtype bfloat16" in err and "1.0 GB available" in err
+
+
+def test_a_batch_whose_caches_do_not_fit_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.delenv(memory.SKIP_ENV, raising=False)
+    target = tiny_model("llama")
+    text = target.config
+    per_token = HFBatchAdapter(target).bytes_per_token()
+    head_dim = text.hidden_size // text.num_attention_heads
+    assert per_token == 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * 4
+    ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    mask = (ids != 0).long()
+    need = 2 * (3 + 10) * per_token  # 2 rows of 3 prompt + 10 new tokens, the target alone
+    monkeypatch.setattr(batch, "available_bytes", lambda: need - 1)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model ran before the memory check")
+
+    monkeypatch.setattr(target, "forward", never)  # nothing may run before the refusal
+    with pytest.raises(InsufficientMemoryError, match="2 rows of up to 13 tokens") as caught:
+        dynaspec.generate(target, None, ids, attention_mask=mask, max_new_tokens=10)
+    assert "max_new_tokens" in str(caught.value) and "--batch-size" in caught.value.for_cli()
+    monkeypatch.undo()
+    monkeypatch.setattr(batch, "available_bytes", lambda: need)  # just enough
+    out = dynaspec.generate(target, None, ids, attention_mask=mask, max_new_tokens=10)
+    assert out.sequences.shape == (2, 13)
+
+
+def test_the_batch_check_counts_the_draft_and_can_be_skipped(monkeypatch):
+    monkeypatch.delenv(memory.SKIP_ENV, raising=False)
+    target = HFBatchAdapter(tiny_model("llama"))
+    need = 4 * 100 * 2 * target.bytes_per_token()
+    batch.check_cache_memory((target, target), 4, 100, available=need)  # fits
+    with pytest.raises(InsufficientMemoryError, match="the target's, then the draft's"):
+        batch.check_cache_memory((target, target), 4, 100, available=need - 1)
+    monkeypatch.setenv(memory.SKIP_ENV, "1")
+    batch.check_cache_memory((target, target), 4, 100, available=1)

@@ -37,7 +37,8 @@ from dynaspec.core.stats import GenerationStats
 from dynaspec.core.validation import check_batch, check_token_ids
 from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import BatchDrafter
-from dynaspec.errors import IncompatibleModelsError, UnsupportedOptionError
+from dynaspec.errors import IncompatibleModelsError, InsufficientMemoryError, UnsupportedOptionError
+from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
 from dynaspec.policies import make_policy
 from dynaspec.policies.batch import PerRow
 from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
@@ -91,6 +92,7 @@ def generate_batch(
     check_batch_pair(target_batch, draft_batch)
     check_token_ids(ids, target_batch.vocab_size)
     ids, mask = ids.to(target_batch.device), mask.to(target_batch.device)
+    check_cache_memory((target_batch, draft_batch), len(ids), ids.shape[1] + limits.max_new_tokens)
     criteria = build_stopping(
         limits, options.get("tokenizer"), options.get("stopping_criteria"), started
     )
@@ -152,6 +154,33 @@ def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None)
             f"the draft's vocabulary ({draft.vocab_size} tokens) differs from the target's "
             f"({target.vocab_size}): use a draft that shares the target's tokenizer"
         )
+
+
+def check_cache_memory(
+    models: Sequence[BatchModelAdapter | None], rows: int, length: int, available: int | None = None
+) -> None:
+    """InsufficientMemoryError before a batch starts when the KV caches of `models` (bytes per
+    cached token x `rows` x `length` tokens each) need more than the memory available (the
+    kernel's MemAvailable, or `available`); skipped where the machine does not say."""
+    sizes = [(m, rows * length * m.bytes_per_token()) for m in models if m is not None]
+    need = sum(size for _, size in sizes)
+    available = available_bytes() if available is None else available
+    if check_skipped() or available is None or need <= available:
+        return
+    parts = " + ".join(f"{size / 1e9:.2f} GB" for _, size in sizes)
+
+    def message(fewer: str, shorter: str) -> str:
+        return (
+            f"a batch of {rows} rows of up to {length} tokens needs at least {need / 1e9:.2f} GB "
+            f"for its KV caches ({parts}: the target's, then the draft's), and this machine has "
+            f"{available / 1e9:.2f} GB available: {fewer} or {shorter}, close other programs, "
+            f"or set {SKIP_ENV}=1 to try anyway"
+        )
+
+    raise InsufficientMemoryError(
+        message("pass fewer rows", "a smaller max_new_tokens"),
+        cli_message=message("use a smaller --batch-size", "--max-new-tokens"),
+    )
 
 
 def batch_drafter(

@@ -66,6 +66,17 @@ class HFBatchAdapter:
         """Per row: how many tokens of its sequence (left padding included) are cached."""
         return [len(slots) for slots in self.slots]
 
+    def bytes_per_token(self) -> int:
+        """Cache bytes one cached token of one row takes (keys and values, every layer), by
+        the model's config."""
+        config = self.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        heads = int(text.num_attention_heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        element = next(self.model.parameters()).element_size()
+        return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
+
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
         rows = input_ids.shape[0]

@@ -78,6 +78,10 @@ class BatchModelAdapter(Protocol):
         """Roll each row back to at most its first num_tokens[row] tokens (see num_cached)."""
         ...
 
+    def bytes_per_token(self) -> int:
+        """Cache bytes one cached token of one row takes (keys and values, every layer)."""
+        ...
+
     def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
         """A joining row's own cache with `tokens` (n,) appended to `own` (None: empty): its
         prompt, whole or in chunks between rounds (chunked prefill)."""

@@ -11,19 +11,16 @@ fits, failing it means the load cannot. `DYNASPEC_SKIP_MEMORY_CHECK=1` skips the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from dynaspec.errors import InsufficientMemoryError
+from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
 
 GB = 1e9
 OVERHEAD_BYTES = int(0.5 * GB)  # torch, transformers, the tokenizer, activations: at least
-SKIP_ENV = "DYNASPEC_SKIP_MEMORY_CHECK"
-MEMINFO = Path("/proc/meminfo")
 
 
 @dataclass(frozen=True)
@@ -70,18 +67,6 @@ def pair_need(
     return MemoryNeed(what, parts)
 
 
-def available_bytes(meminfo: Path = MEMINFO) -> int | None:
-    """The memory the kernel says can be used without swapping (MemAvailable); None where
-    it does not say (not Linux)."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def check_memory(
     need: MemoryNeed,
     *,
@@ -91,7 +76,7 @@ def check_memory(
 ) -> None:
     """Raises InsufficientMemoryError when `need` is more than the available memory, naming
     both figures and the `fixes` (`cli_fixes` in the command line's words)."""
-    if os.environ.get(SKIP_ENV, "") not in ("", "0"):
+    if check_skipped():
         return
     available = available_bytes() if available is None else available
     if available is None or need.total <= available:
