@@ -133,3 +133,30 @@ def test_load_pair_frees_the_targets_weights_before_the_draft_loads(monkeypatch)
     pair = loading.load_pair(dtype="float32", quantize="int8")
     assert alive_when_the_draft_loads == [False]
     assert compare.backend_words(pair.target) == "static KV cache + int8 weights"
+
+
+def test_the_timed_target_alone_run_counts_its_tokens_on_a_bar(capsys, monkeypatch) -> None:
+    target, _, tokenizer = tiny_pair()
+    prompt = tokenizer("ab", return_tensors="pt").input_ids
+    speculative = generate(target, None, prompt, max_new_tokens=6)
+    counted = []
+
+    class Counting(compare.TokenBar):
+        def end(self) -> None:
+            counted.append(self.bar.n)
+            super().end()
+
+    monkeypatch.setattr(compare, "TokenBar", Counting)
+    compare.compare_with_target_alone(target, prompt, speculative, {"max_new_tokens": 6})
+    assert counted == [6]  # the new tokens, not the prompt
+    assert "target alone" in capsys.readouterr().err
+
+
+def test_building_a_fast_copy_shows_a_bar_over_the_layers(capsys) -> None:
+    from dynaspec.backends.static import make_fast
+
+    target, _, _ = tiny_pair()
+    make_fast(target, static=True, progress="tiny: fast copy of the weights")
+    assert "tiny: fast copy of the weights" in capsys.readouterr().err
+    make_fast(tiny_pair()[0], static=True)
+    assert capsys.readouterr().err == ""

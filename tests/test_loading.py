@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import time
 from pathlib import Path
 
 import numpy as np
@@ -174,10 +175,25 @@ def test_the_first_use_says_it_converts_before_the_silence(tiny_preset, cache, c
     assert "tiny: first use: converting the GGUF to a transformers folder in float32" in said
     assert said.index("first use") < said.index("joining")  # before the slow part
     # each step without a bar of its own is announced, in order
-    steps = ["joining", "before transformers' bars", "writing the float32 folder", "converted into"]
+    steps = ["joining", "reading and dequantizing", "writing the float32 folder", "converted into"]
     assert [said.index(step) for step in steps] == sorted(said.index(step) for step in steps)
     loading.load_preset(tiny_preset, dtype="float32", threads=1, cache_dir=cache)
     assert "first use" not in capsys.readouterr().err  # from the cache: nothing to say
+
+
+def test_a_step_without_progress_of_its_own_ticks_on_one_line(capsys):
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    with model_cache.ticking("reading and dequantizing x.gguf"):
+        assert not hf_logging.is_progress_bar_enabled()  # transformers' bars held back
+        time.sleep(1.3)
+    said = capsys.readouterr().err
+    assert said.count("reading and dequantizing x.gguf: ") >= 2  # redrawn as the time runs
+    assert hf_logging.is_progress_bar_enabled()  # and shown again after
+    with model_cache.ticking("quiet", enabled=False):
+        pass
+    assert capsys.readouterr().err == ""
 
 
 def test_cached_weights_have_the_requested_dtype(tiny_preset, cache):

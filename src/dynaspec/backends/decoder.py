@@ -15,11 +15,13 @@ key/value heads (optional q/k/v biases) and a SiLU-gated MLP, under transformers
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from dynaspec.backends.quant import quantize_linear, release_replaced
 from dynaspec.errors import UnsupportedModelError
@@ -189,12 +191,14 @@ class StaticDecoder(nn.Module):
         dense_batches: bool = False,
         prepack: bool = False,
         release: bool = False,
+        progress: str | None = None,
     ) -> None:
         """quantize: None, "int8" or "int4" (every linear layer, the head included);
         dense_batches: int8 keeps its codes dense for many-token forwards (2 bytes a weight);
         prepack: bf16 dense weights prepacked for oneDNN (a copy: the model's own weights
         are then no longer used); release: free each original weight as soon as its copy
-        exists (the peak holds one layer twice, not the model; `model` cannot run after)."""
+        exists (the peak holds one layer twice, not the model; `model` cannot run after);
+        progress: a label for a progress bar over the layers on stderr (None: no bar)."""
         super().__init__()
         check_supported(model)
         config = model.config
@@ -207,7 +211,10 @@ class StaticDecoder(nn.Module):
             return made
 
         self.embed_tokens = base.embed_tokens
-        self.blocks = nn.ModuleList(StaticBlock(layer, config, linear) for layer in base.layers)
+        layers = tqdm(
+            base.layers, progress, unit="layer", file=sys.stderr, leave=False, disable=not progress
+        )
+        self.blocks = nn.ModuleList(StaticBlock(layer, config, linear) for layer in layers)
         self.norm = base.norm
         self.rotary_emb = base.rotary_emb
         self.lm_head = linear(model.lm_head)

@@ -114,10 +114,16 @@ class StaticAdapter:
     is_encoder_decoder = False
 
     def __init__(
-        self, model: Any, config: FastConfig | None = None, *, release: bool = False
+        self,
+        model: Any,
+        config: FastConfig | None = None,
+        *,
+        release: bool = False,
+        progress: str | None = None,
     ) -> None:
         """`release`: free each of `model`'s linear weights once its copy is made (the
-        caller owns `model` and drops it: the peak then holds one layer twice, not all)."""
+        caller owns `model` and drops it: the peak then holds one layer twice, not all);
+        `progress`: a label for a bar over the layers while their copies are built."""
         self.fast = config or FastConfig()
         self.decoder = StaticDecoder(
             model,
@@ -125,6 +131,7 @@ class StaticAdapter:
             dense_batches=self.fast.dense_batches,
             prepack=self.fast.prepack,
             release=release,
+            progress=progress,
         )
         self.config = model.config  # read-only: generate and the CLI read it (EOS, kind)
         self.generation_config = getattr(model, "generation_config", None)
@@ -260,6 +267,7 @@ def make_fast(
     quantize: str | None = None,
     draft: bool = False,
     release: bool = False,
+    progress: str | None = None,
 ) -> Any:
     """`model` itself when no option is set, else a `StaticAdapter` that owns its weights.
 
@@ -271,7 +279,8 @@ def make_fast(
     prepacked or quantized weights replace the originals once the caller drops `model`.
     `release`: the caller owns `model` and will not run it again, so each original linear
     weight is freed as soon as its copy exists (the loaders: the peak holds one layer twice,
-    not the whole model).
+    not the whole model). `progress`: a label for a progress bar (stderr) over the layers
+    while their copies are built (the loaders: half a minute for a 1.5B model).
     """
     if not (static or compile or quantize):
         return model
@@ -279,7 +288,7 @@ def make_fast(
     config = FastConfig(
         compile=compile, quantize=quantize, prepack=not compile, dense_batches=not draft
     )
-    return StaticAdapter(model, config, release=release)
+    return StaticAdapter(model, config, release=release, progress=progress)
 
 
 def _option_names(

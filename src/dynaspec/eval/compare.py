@@ -5,10 +5,12 @@ or a bug (`dynaspec.eval.mismatch`)."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from dynaspec.backends.quant import PackedLinear
 from dynaspec.generation import GenerateOutput, generate
@@ -31,8 +33,9 @@ def warm_up_both(target: Any, draft: Any, input_ids: torch.Tensor, options: dict
 
 
 def target_alone_notice(input_ids: torch.Tensor, speculative: GenerateOutput) -> str:
-    """The line said before the timed target-alone run, which prints nothing until it ends:
-    how many tokens, and about how long (the speculative run's target step times them)."""
+    """The line said before the timed target-alone run (whose text is not printed; a bar
+    counts its tokens): how many tokens, and about how long (the speculative run's target
+    step times them)."""
     new_tokens = speculative.sequences.shape[1] - input_ids.shape[1]
     rounds = speculative.stats.rounds
     steps = [r.target_time_s for r in rounds if r.num_verified == 1]
@@ -41,8 +44,25 @@ def target_alone_notice(input_ids: torch.Tensor, speculative: GenerateOutput) ->
     estimate = f", about {seconds:.0f} s" if seconds >= 1 else ""
     return (
         f"--compare: decoding the same {new_tokens} tokens with the target alone, timed, for "
-        f"the speedup (no output until it ends{estimate})"
+        f"the speedup (its text is not printed{estimate})"
     )
+
+
+class TokenBar:
+    """A streamer that counts the timed target-alone run's new tokens on a progress bar
+    (stderr), so that a run of half a minute is not a silence."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = tqdm(total=total, desc="target alone", unit="tok", file=sys.stderr, leave=False)
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.prompt_seen:
+            self.bar.update(value.numel())
+        self.prompt_seen = True  # the first put is the prompt, as transformers' streamers get it
+
+    def end(self) -> None:
+        self.bar.close()
 
 
 def compare_with_target_alone(
@@ -52,8 +72,9 @@ def compare_with_target_alone(
     labelled with the backend that ran it, then the speedup of `speculative` over it and
     whether the outputs are identical; a greedy divergence is explained, with both texts
     from where they part when `options` has a tokenizer."""
+    bar = TokenBar(speculative.sequences.shape[1] - input_ids.shape[1])
     started = time.perf_counter()
-    alone = generate(target, None, input_ids, **target_alone_options(options))
+    alone = generate(target, None, input_ids, **target_alone_options(options), streamer=bar)
     alone_s = time.perf_counter() - started
     same = torch.equal(alone.sequences, speculative.sequences)
     verdict = "identical" if same else "DIFFERENT"

@@ -25,7 +25,9 @@ import shutil
 import struct
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -404,16 +406,14 @@ def build_folder(
         tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.{os.getpid()}.", suffix=".tmp")
     )
     try:
-        if progress:
-            say(f"reading {gguf_path.name} (about a minute before transformers' bars show)")
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                gguf_path.parent,
-                gguf_file=gguf_path.name,
-                dtype=dtype,
-                **_dequantize_kwargs(),
-            )
-            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            with ticking(f"reading and dequantizing {gguf_path.name}", enabled=progress):
+                model = AutoModelForCausalLM.from_pretrained(
+                    gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype, **_dequantize_kwargs()
+                )
+                tokenizer = AutoTokenizer.from_pretrained(
+                    gguf_path.parent, gguf_file=gguf_path.name
+                )
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as error:
             raise UnsupportedModelError(
                 f"transformers {_transformers_version()} cannot convert {gguf_path} "
@@ -508,18 +508,49 @@ def ensure_preset_folder(
     return folder
 
 
+@contextmanager
+def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
+    """A line on stderr that counts the seconds of a step with no progress of its own
+    (transformers reading a whole GGUF: half a minute or more), refreshed every second;
+    transformers' own bars are held back meanwhile, so that the two do not interleave."""
+    if not enabled:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    line = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr)
+    stop = threading.Event()
+    ticker = threading.Thread(target=lambda: _tick(line, stop), daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        line.close()
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _tick(line: tqdm, stop: threading.Event, every: float = 1.0) -> None:
+    """Redraws `line` (its elapsed time) every `every` seconds until `stop` is set."""
+    while not stop.wait(every):
+        line.refresh()
+
+
 def say(line: str) -> None:
     """One line for the user, on stderr."""
     print(line, file=sys.stderr, flush=True)
 
 
 def say_converting(name: str, dtype: torch.dtype) -> None:
-    """One line on stderr before the first use's silent part (checking the file, then
-    transformers reading the whole GGUF before its progress bars show)."""
+    """One line on stderr before the first use's long part (joining and checking the file,
+    reading and dequantizing it, writing the folder: each with a bar or a ticking line)."""
     say(
         f"{name}: first use: converting the GGUF to a transformers folder in "
-        f"{dtype_name(dtype)}, once (checking and reading the file takes up to a minute "
-        "before progress bars show)"
+        f"{dtype_name(dtype)}, once (about a minute)"
     )
 
 

@@ -202,7 +202,10 @@ def load_model(
     model, tokenizer = _load_model(
         name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
-    fast = make_fast(model, static=static, compile=compile, quantize=quantize, release=True)
+    fast = make_fast(
+        model, static=static, compile=compile, quantize=quantize, release=True,
+        progress=fast_copy_label(name_or_path),
+    )  # fmt: skip
     return fast, tokenizer
 
 
@@ -395,7 +398,9 @@ def load_pair(
     # The fast target first, then the draft: the adapter keeps only what it runs, so its
     # prepacked or quantized copies replace the transformers weights before the draft loads
     # (the peak holds the target twice, never the target twice and the draft).
-    fast_target = make_fast(target, **fast, quantize=quantize, release=True)
+    fast_target = make_fast(
+        target, **fast, quantize=quantize, release=True, progress=fast_copy_label(pair.target)
+    )
     del target
     draft, draft_tokenizer = load_preset(
         draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
@@ -405,7 +410,14 @@ def load_pair(
     return ModelPair(
         name=pair.name,
         target=fast_target,
-        draft=make_fast(draft, **fast, quantize=draft_quantize, draft=True, release=True),
+        draft=make_fast(
+            draft,
+            **fast,
+            quantize=draft_quantize,
+            draft=True,
+            release=True,
+            progress=fast_copy_label(pair.draft),
+        ),  # fmt: skip
         tokenizer=target_tokenizer,
     )
 
@@ -558,12 +570,17 @@ def _load_named_models(
     return NamedModels(target_model, _fast_draft(draft_model, draft_fast, names[1]), tokenizer, own)
 
 
+def fast_copy_label(name: Any) -> str:
+    """The progress bar's label while a model's fast copy is built."""
+    return f"{Path(str(name)).name}: fast copy of the weights"
+
+
 def _fast_draft(model: PreTrainedModel, options: dict[str, Any], name: str) -> Any:
     """The draft on the fast path where it can run there; else (a draft of another family,
     e.g. Gemma 3's sliding-window layers) the transformers model, said on stderr: the
     target's fast path is what verification needs, and any draft keeps the output."""
     try:
-        return make_fast(model, **options, release=True)
+        return make_fast(model, **options, release=True, progress=fast_copy_label(name))
     except UnsupportedModelError:
         model_cache.say(
             f"{name}: the draft runs on transformers' forward (the fast path does not run "
