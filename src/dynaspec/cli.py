@@ -56,7 +56,8 @@ def _add_generate(subparsers: Any) -> None:
         "generate",
         help="generate text with speculative decoding",
         description="Peak memory with the default pair in bf16 (measured on an AVX512-BF16 "
-        "CPU): 6.1 GB; with --static --draft-quantize int8 up to 8.9 GB (README).",
+        "CPU): 6.5 GB; with --static --draft-quantize int8 up to 9.4 GB, 4 GB of it the "
+        "model files mapped into memory (README).",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
