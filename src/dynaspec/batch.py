@@ -159,20 +159,25 @@ def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None)
 def check_cache_memory(
     models: Sequence[BatchModelAdapter | None], rows: int, length: int, available: int | None = None
 ) -> None:
-    """InsufficientMemoryError before a batch starts when the KV caches of `models` (bytes per
-    cached token x `rows` x `length` tokens each) need more than the memory available (the
-    kernel's MemAvailable, or `available`); skipped where the machine does not say."""
-    sizes = [(m, rows * length * m.bytes_per_token()) for m in models if m is not None]
-    need = sum(size for _, size in sizes)
+    """InsufficientMemoryError before a batch starts when the KV caches of `models` (the
+    target, the draft or None; bytes per cached token x `rows` x `length` tokens each) need
+    more than the memory available (the kernel's MemAvailable, or `available`); skipped where
+    the machine does not say."""
+    sizes = {
+        role: rows * length * model.bytes_per_token()
+        for role, model in zip(("the target", "the draft"), models, strict=False)
+        if model is not None
+    }
+    need = sum(sizes.values())
     available = available_bytes() if available is None else available
     if check_skipped() or available is None or need <= available:
         return
-    parts = " + ".join(f"{size / 1e9:.2f} GB" for _, size in sizes)
+    parts = ", ".join(f"{role} {size / 1e9:.2f} GB" for role, size in sizes.items())
 
     def message(fewer: str, shorter: str) -> str:
         return (
             f"a batch of {rows} rows of up to {length} tokens needs at least {need / 1e9:.2f} GB "
-            f"for its KV caches ({parts}: the target's, then the draft's), and this machine has "
+            f"for its KV caches ({parts}), and this machine has "
             f"{available / 1e9:.2f} GB available: {fewer} or {shorter}, close other programs, "
             f"or set {SKIP_ENV}=1 to try anyway"
         )
