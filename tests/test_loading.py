@@ -18,7 +18,7 @@ from dynaspec.errors import (
     ModelNotAvailableError,
 )
 from dynaspec.models import cache as model_cache
-from dynaspec.models import loading
+from dynaspec.models import loading, progress
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import GgufSlice, ModelPreset, model_presets
 
@@ -185,13 +185,13 @@ def test_a_step_without_progress_of_its_own_ticks_on_one_line(capsys):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled()
-    with model_cache.ticking("reading and dequantizing x.gguf"):
+    with progress.ticking("reading and dequantizing x.gguf"):
         assert not hf_logging.is_progress_bar_enabled()  # transformers' bars held back
         time.sleep(1.3)
     said = capsys.readouterr().err
     assert said.count("reading and dequantizing x.gguf: ") >= 2  # redrawn as the time runs
     assert hf_logging.is_progress_bar_enabled()  # and shown again after
-    with model_cache.ticking("quiet", enabled=False):
+    with progress.ticking("quiet", enabled=False):
         pass
     assert capsys.readouterr().err == ""
 

@@ -25,9 +25,7 @@ import shutil
 import struct
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -42,6 +40,7 @@ from dynaspec.errors import (
     one_line,
 )
 from dynaspec.models.presets import GgufSlice, ModelPreset
+from dynaspec.models.progress import say, ticking
 from dynaspec.paths import default_cache_dir
 
 GGUF_MAGIC = b"GGUF"  # first four bytes of every GGUF file
@@ -506,43 +505,6 @@ def ensure_preset_folder(
     if gguf_path == joined and not had_joined and not keep_gguf:
         joined.unlink(missing_ok=True)
     return folder
-
-
-@contextmanager
-def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
-    """A line on stderr that counts the seconds of a step with no progress of its own
-    (transformers reading a whole GGUF: half a minute or more), refreshed every second;
-    transformers' own bars are held back meanwhile, so that the two do not interleave."""
-    if not enabled:
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    line = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr)
-    stop = threading.Event()
-    ticker = threading.Thread(target=lambda: _tick(line, stop), daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        ticker.join()
-        line.close()
-        if shown:
-            hf_logging.enable_progress_bar()
-
-
-def _tick(line: tqdm, stop: threading.Event, every: float = 1.0) -> None:
-    """Redraws `line` (its elapsed time) every `every` seconds until `stop` is set."""
-    while not stop.wait(every):
-        line.refresh()
-
-
-def say(line: str) -> None:
-    """One line for the user, on stderr."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def say_converting(name: str, dtype: torch.dtype) -> None:

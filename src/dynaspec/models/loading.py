@@ -47,6 +47,7 @@ from dynaspec.models.presets import (
     get_pair_preset,
     model_presets,
 )
+from dynaspec.models.progress import fast_copy_label
 from dynaspec.models.quiet import no_progress_bars
 from dynaspec.models.report import models_report  # noqa: F401 (the CLI's `dynaspec models`)
 from dynaspec.models.vocab import (
@@ -202,10 +203,10 @@ def load_model(
     model, tokenizer = _load_model(
         name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
+    label = fast_copy_label(name_or_path)
     fast = make_fast(
-        model, static=static, compile=compile, quantize=quantize, release=True,
-        progress=fast_copy_label(name_or_path),
-    )  # fmt: skip
+        model, static=static, compile=compile, quantize=quantize, release=True, progress=label
+    )
     return fast, tokenizer
 
 
@@ -390,7 +391,7 @@ def load_pair(
     check_gguf_pair(*sources, target_name=pair.target, draft_name=pair.draft)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
-    fast = {"static": static, "compile": compile}
+    fast = {"static": static, "compile": compile, "release": True}
     target, target_tokenizer = load_preset(
         target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
@@ -399,7 +400,7 @@ def load_pair(
     # prepacked or quantized copies replace the transformers weights before the draft loads
     # (the peak holds the target twice, never the target twice and the draft).
     fast_target = make_fast(
-        target, **fast, quantize=quantize, release=True, progress=fast_copy_label(pair.target)
+        target, **fast, quantize=quantize, progress=fast_copy_label(pair.target)
     )
     del target
     draft, draft_tokenizer = load_preset(
@@ -407,19 +408,9 @@ def load_pair(
     )
     _check_tokenizers(target_tokenizer, draft_tokenizer, (pair.target, pair.draft))
     _check_logit_widths(target_rows, _logit_width(draft))
-    return ModelPair(
-        name=pair.name,
-        target=fast_target,
-        draft=make_fast(
-            draft,
-            **fast,
-            quantize=draft_quantize,
-            draft=True,
-            release=True,
-            progress=fast_copy_label(pair.draft),
-        ),  # fmt: skip
-        tokenizer=target_tokenizer,
-    )
+    label = fast_copy_label(pair.draft)
+    fast_draft = make_fast(draft, **fast, quantize=draft_quantize, draft=True, progress=label)
+    return ModelPair(pair.name, fast_target, fast_draft, target_tokenizer)
 
 
 def _check_pair_memory(
@@ -568,11 +559,6 @@ def _load_named_models(
             ) from error
         own = draft_tokenizer
     return NamedModels(target_model, _fast_draft(draft_model, draft_fast, names[1]), tokenizer, own)
-
-
-def fast_copy_label(name: Any) -> str:
-    """The progress bar's label while a model's fast copy is built."""
-    return f"{Path(str(name)).name}: fast copy of the weights"
 
 
 def _fast_draft(model: PreTrainedModel, options: dict[str, Any], name: str) -> Any:

@@ -1,0 +1,55 @@
+"""What the model loaders say while they work: one line before a step, a line that ticks
+through a step with no progress of its own, the label of a fast copy's bar."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+def say(line: str) -> None:
+    """One line for the user, on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
+    """A line on stderr that counts the seconds of a step with no progress of its own
+    (transformers reading a whole GGUF: half a minute or more), refreshed every second;
+    transformers' own bars are held back meanwhile, so that the two do not interleave."""
+    if not enabled:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    line = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr)
+    stop = threading.Event()
+    ticker = threading.Thread(target=lambda: _tick(line, stop), daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        line.close()
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _tick(line: tqdm, stop: threading.Event, every: float = 1.0) -> None:
+    """Redraws `line` (its elapsed time) every `every` seconds until `stop` is set."""
+    while not stop.wait(every):
+        line.refresh()
+
+
+def fast_copy_label(name: Any) -> str:
+    """The progress bar's label while a model's fast copy is built."""
+    return f"{Path(str(name)).name}: fast copy of the weights"
