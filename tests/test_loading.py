@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import time
@@ -185,12 +186,16 @@ def test_a_step_without_progress_of_its_own_ticks_on_one_line(capsys):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled()
+    reader = importlib.import_module(progress.GGUF_READER)
     with progress.ticking("reading and dequantizing x.gguf"):
         assert not hf_logging.is_progress_bar_enabled()  # transformers' bars held back
+        list(reader.tqdm(range(3), desc="Converting GGUF"))  # its reader's too
         time.sleep(1.3)
     said = capsys.readouterr().err
     assert said.count("reading and dequantizing x.gguf: ") >= 2  # redrawn as the time runs
+    assert "Converting GGUF" not in said
     assert hf_logging.is_progress_bar_enabled()  # and shown again after
+    assert not isinstance(reader.tqdm, functools.partial)
     with progress.ticking("quiet", enabled=False):
         pass
     assert capsys.readouterr().err == ""

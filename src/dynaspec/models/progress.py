@@ -3,10 +3,12 @@ through a step with no progress of its own, the label of a fast copy's bar."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,8 @@ def say(line: str) -> None:
 def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
     """A line on stderr that counts the seconds of a step with no progress of its own
     (transformers reading a whole GGUF: half a minute or more), refreshed every second;
-    transformers' own bars are held back meanwhile, so that the two do not interleave."""
+    transformers' own bars are held back meanwhile (those its switch governs, and its GGUF
+    reader's, which that switch does not), so that they do not interleave with it."""
     if not enabled:
         yield
         return
@@ -35,13 +38,34 @@ def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
     ticker = threading.Thread(target=lambda: _tick(line, stop), daemon=True)
     ticker.start()
     try:
-        yield
+        with _gguf_bar_held_back():
+            yield
     finally:
         stop.set()
         ticker.join()
         line.close()
         if shown:
             hf_logging.enable_progress_bar()
+
+
+GGUF_READER = "transformers.modeling_gguf_pytorch_utils"  # a tqdm of its own, always shown
+
+
+@contextmanager
+def _gguf_bar_held_back() -> Iterator[None]:
+    """transformers' GGUF reader with its tqdm disabled, restored afterwards (nothing to
+    hold back where the module does not import)."""
+    try:
+        module = importlib.import_module(GGUF_READER)
+    except ImportError:
+        yield
+        return
+    original = module.tqdm
+    module.tqdm = partial(original, disable=True)
+    try:
+        yield
+    finally:
+        module.tqdm = original
 
 
 def _tick(line: tqdm, stop: threading.Event, every: float = 1.0) -> None:
