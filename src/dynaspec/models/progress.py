@@ -14,6 +14,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from dynaspec.models.quiet import no_progress_bars
+
 
 def say(line: str) -> None:
     """One line for the user, on stderr."""
@@ -29,23 +31,17 @@ def ticking(label: str, *, enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     line = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr)
     stop = threading.Event()
     ticker = threading.Thread(target=lambda: _tick(line, stop), daemon=True)
     ticker.start()
     try:
-        with _gguf_bar_held_back():
+        with no_progress_bars(), _gguf_bar_held_back():
             yield
     finally:
         stop.set()
         ticker.join()
         line.close()
-        if shown:
-            hf_logging.enable_progress_bar()
 
 
 GGUF_READER = "transformers.modeling_gguf_pytorch_utils"  # a tqdm of its own, always shown
