@@ -10,7 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_models import hf_greedy, noisy_copy, random_prompts, tiny_model
+from tiny_models import (
+    assert_speculative_equals_alone,
+    hf_greedy,
+    noisy_copy,
+    random_prompts,
+    tiny_model,
+)
 
 import dynaspec
 from dynaspec.backends.quant import Int4Linear, Int8Linear
@@ -135,17 +141,14 @@ def test_quantized_target_speculative_equals_quantized_target_alone(
     target, draft = pair()
     fast_target = make_fast(target, quantize=quantize)
     fast_draft = make_fast(draft, quantize="int8")
-    for prompt in random_prompts(3, VOCAB, seed=4):
-        alone = dynaspec.generate(fast_target, None, prompt, max_new_tokens=24)
-        out = dynaspec.generate(
-            fast_target,
-            fast_draft,
-            prompt,
-            max_new_tokens=24,
-            num_assistant_tokens=5,
-            num_assistant_tokens_schedule=schedule,
-        )
-        assert torch.equal(out.sequences, alone.sequences)
+    prompts = random_prompts(3, VOCAB, seed=4)
+    assert_speculative_equals_alone(
+        fast_target,
+        fast_draft,
+        prompts,
+        num_assistant_tokens=5,
+        num_assistant_tokens_schedule=schedule,
+    )
 
 
 def test_sampling_with_static_adapters_is_seeded() -> None:

@@ -179,6 +179,17 @@ def hf_greedy(
     )
 
 
+def assert_speculative_equals_alone(target, draft, prompts, **kwargs: Any) -> None:
+    """dynaspec.generate with `draft` gives, prompt by prompt, what `target` alone gives (24
+    new tokens); `kwargs` go to both calls."""
+    import dynaspec
+
+    for prompt in prompts:
+        alone = dynaspec.generate(target, None, prompt, max_new_tokens=24, **kwargs)
+        out = dynaspec.generate(target, draft, prompt, max_new_tokens=24, **kwargs)
+        assert torch.equal(out.sequences, alone.sequences)
+
+
 def random_prompts(
     count: int, vocab_size: int, *, min_len: int = 1, max_len: int = 8, seed: int = 0
 ) -> list[torch.Tensor]:

@@ -30,7 +30,7 @@ import ctypes
 
 import torch
 
-from dynaspec.backends.kernel_build import Kernel, KernelSpec
+from dynaspec.backends.kernel_build import Kernel, KernelSpec, scaled_matmul
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
@@ -72,21 +72,8 @@ def int8_matmul(
 ) -> torch.Tensor:
     """(rows (M, K) float32 @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes` is
     `tiled(q)` for the int8 codes q (N, K)."""
-    function = KERNEL.function()
-    if function is None:
-        raise RuntimeError(f"the int8 kernel is not available: {unavailable_reason()}")
     rows = rows.to(torch.float32).contiguous()
-    num_out = codes.shape[0] * 8
-    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
-    function(
-        rows.data_ptr(),
-        rows.shape[0],
-        rows.shape[1],
-        codes.data_ptr(),
-        scale.data_ptr(),
-        None if bias is None else bias.data_ptr(),
-        num_out,
-        out.data_ptr(),
-        torch.get_num_threads(),
-    )
-    return out
+    return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * 8)
+
+
+matmul = int8_matmul  # what Int8Linear calls, whichever of the int8 kernels it holds

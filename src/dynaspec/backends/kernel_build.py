@@ -37,7 +37,7 @@ class KernelSpec:
 
     name: str  # "int8": the source csrc/{name}_matmul.cpp, the symbol dynaspec_{name}_matmul
     argtypes: tuple[object, ...]  # ctypes types of the C function's arguments
-    cpu_flags: tuple[str, ...]  # /proc/cpuinfo flags it needs (also its -m flags)
+    cpu_flags: tuple[str, ...]  # /proc/cpuinfo flags it needs (also its -m flags, less "_")
     use: str  # what it serves, for `dynaspec models`: "--quantize int8 in float32"
 
     @property
@@ -51,7 +51,8 @@ class KernelSpec:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        return (*COMMON_FLAGS, *(f"-m{flag}" for flag in self.cpu_flags))
+        # /proc/cpuinfo's "avx512_bf16" is the compiler's -mavx512bf16
+        return (*COMMON_FLAGS, *(f"-m{flag.replace('_', '')}" for flag in self.cpu_flags))
 
 
 @dataclass
@@ -121,6 +122,35 @@ class Kernel:
         function.argtypes = list(self.spec.argtypes)
         function.restype = None
         return function, None
+
+
+def scaled_matmul(
+    kernel: Kernel,
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    num_out: int,
+) -> torch.Tensor:
+    """(rows @ q.T) * scale + bias, (M, N) float32, by an int8 kernel whose C function takes
+    (x, T, K, codes, scale, bias, N, y, threads); `rows` (M, K) contiguous in its dtype."""
+    function = kernel.function()
+    if function is None:
+        name = kernel.spec.name
+        raise RuntimeError(f"the {name} kernel is not available: {kernel.unavailable_reason()}")
+    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
+    function(
+        rows.data_ptr(),
+        rows.shape[0],
+        rows.shape[1],
+        codes.data_ptr(),
+        scale.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        num_out,
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    return out
 
 
 def compiler() -> str | None:

@@ -54,11 +54,13 @@ tokens: N = 1, 2, 4, 8, 16 cost 0.60, 1.14, 1.66, 1.76, 1.85 with F.linear and 0
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import int4_kernel, int8_kernel
+from dynaspec.backends import int4_kernel, int8_bf16_kernel, int8_kernel
 from dynaspec.errors import ConfigError
 
 QUANTIZE_MODES = ("int8", "int4")
@@ -167,11 +169,16 @@ class Int8Linear(nn.Module):
         scale = scale.to(compute_dtype)
         quantized = weight.to(torch.float32, copy=True)  # one copy, then in place
         quantized.div_(scale.float()[:, None]).round_().clamp_(-127, 127)
-        # float32 on a CPU with AVX2: dynaspec's own kernel (backends/int8_kernel.py), which
-        # batches, so no dense codes are kept; its codes are tiled (N/8, K/8, 8, 8).
-        self.kernel = compute_dtype == torch.float32 and int8_kernel.supports(*weight.shape)
+        # dynaspec's own kernels, which batch, so no dense codes are kept: float32 on a CPU
+        # with AVX2 (backends/int8_kernel.py), bf16 on one with AVX512-BF16
+        # (backends/int8_bf16_kernel.py); each holds its codes in its own tiled layout and
+        # its scale and bias in float32.
+        self.kernel = _int8_kernel(compute_dtype, *weight.shape)
         codes = quantized.to(torch.int8)
-        codes = int8_kernel.tiled(codes) if self.kernel else codes.contiguous()
+        codes = self.kernel.tiled(codes) if self.kernel else codes.contiguous()
+        if self.kernel:
+            scale = scale.float()
+            bias = None if bias is None else bias.float()
         self.register_buffer("weight", codes)  # (N, K), or tiled for the kernel
         self.register_buffer("scale", scale.contiguous())  # (N,)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -183,12 +190,12 @@ class Int8Linear(nn.Module):
 
     def int8_codes(self) -> torch.Tensor:
         """The (N, K) int8 codes, whichever layout the kernel holds them in."""
-        return int8_kernel.untiled(self.weight) if self.kernel else self.weight
+        return self.kernel.untiled(self.weight) if self.kernel else self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
         if self.kernel:
-            out = int8_kernel.int8_matmul(rows, self.weight, self.scale, self.bias)
+            out = self.kernel.matmul(rows, self.weight, self.scale, self.bias)
             return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         if rows.shape[0] <= self.threshold:
             out = torch._weight_int8pack_mm(rows, self.weight, self.scale)  # (M, N)
@@ -281,6 +288,15 @@ def quantize_linear(
             return Int8Linear(weight, linear.bias, dense_batches, prepack)
         return quantized
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")
+
+
+def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:
+    """dynaspec's int8 kernel for activations of `dtype` where it runs and fits the layer."""
+    if dtype == torch.float32 and int8_kernel.supports(out_features, in_features):
+        return int8_kernel
+    if dtype == torch.bfloat16 and int8_bf16_kernel.supports(out_features, in_features):
+        return int8_bf16_kernel
+    return None
 
 
 def _relative_error(approximation: torch.Tensor, weight: torch.Tensor) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dynaspec.backends import int4_kernel, int8_kernel
+from dynaspec.backends import int4_kernel, int8_bf16_kernel, int8_kernel
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import default_pair_name, model_presets, pair_presets
@@ -74,6 +74,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
     lines.append(f"dtype on this machine: {machine_dtype().line()}")
     lines.append(int8_kernel.readiness())
+    lines.append(int8_bf16_kernel.readiness())
     lines.append(int4_kernel.readiness())
     if missing_lines:
         lines.append("to install:")
