@@ -2,7 +2,8 @@
 loaded with ctypes, or set aside with the reason why.
 
 A kernel is compiled at its first use (`$CXX`, else `c++`/`g++`; about 2 seconds) into the
-cache (`$DYNASPEC_CACHE/kernels`, one file per source, flags, compiler and torch version),
+cache (`$DYNASPEC_CACHE/kernels`, one file per source and the headers beside it, flags,
+compiler and torch version),
 linked to torch's own OpenMP runtime so that both share one thread pool. Where it cannot be
 (no compiler, a CPU without the instructions it needs, not Linux on x86-64, or its switch
 set to 0), `function()` is None and the callers use torch's kernels instead.
@@ -173,8 +174,11 @@ def build(spec: KernelSpec, command: str) -> Path:
     runtime = _openmp_runtime()
     link = [str(runtime), f"-Wl,-rpath,{runtime.parent}"] if runtime else []
     source = spec.source
+    headers = b"".join(path.read_bytes() for path in sorted(CSRC.glob("*.h")))  # included
     key = hashlib.sha256(
-        source.read_bytes() + repr((spec.flags, command, link, torch.__version__)).encode()
+        source.read_bytes()
+        + headers
+        + repr((spec.flags, command, link, torch.__version__)).encode()
     ).hexdigest()[:16]
     folder = default_cache_dir() / "kernels"
     library = folder / f"{source.stem}-{key}.so"

@@ -36,6 +36,18 @@ the whole 1.5B target (loaded, 1 thread), 8 tokens cost 1.46 int8 steps instead 
 The price is 2 more bytes per weight, so a draft (which never verifies) keeps none and
 converts per call for its rare long forwards (a prefill, a catch-up).
 
+bf16 on a CPU with AVX512-BF16: int8 layers run on dynaspec's own kernel
+(backends/int8_bf16_kernel.py), which batches, and keep no bf16 codes. The whole 1.5B target
+(static adapter, 200 tokens cached, same machine, nearly idle, 2 threads), milliseconds per
+forward of N tokens, median of 5:
+
+    N                                   1     2     4     6     8    12    16
+    bf16 prepacked                    169   173   147   142   167   179   201
+    int8, int8pack + bf16 codes       133   152   184   160   195   227   253   (10.1 GB peak)
+    int8, dynaspec's bf16 kernel       69    77    99   142   167   188   243   (7.2 GB peak)
+
+(peaks: the process while loading and converting the bf16 model.)
+
 float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 and int4 layers run
 on dynaspec's own kernels there (backends/int8_kernel.py, backends/int4_kernel.py), which
 batch; int4 then keeps in int8 the layers that are finer than 4 bits (INT4_TOLERANCE).
@@ -60,7 +72,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import int4_kernel, int8_bf16_kernel, int8_kernel
+from dynaspec.backends import int4_bf16_kernel, int4_kernel, int8_bf16_kernel, int8_kernel
 from dynaspec.errors import ConfigError
 
 QUANTIZE_MODES = ("int8", "int4")
@@ -211,27 +223,30 @@ class Int8Linear(nn.Module):
 class Int4Linear(nn.Module):
     """y = x @ w.T + bias for 4-bit weights w in groups of input columns.
 
-    float32 on a CPU with AVX2 (dynaspec's own kernel, backends/int4_kernel.py): w = q * s +
-    m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far (relative)
-    the 4-bit weights are from the layer's own (`quantize_linear` keeps a layer in int8
-    above INT4_TOLERANCE). Else torch's int4 kernel: w = (q - 8) * scale + zero per group
-    of `group_size` (128 where the width allows).
+    On dynaspec's own kernels (float32 on a CPU with AVX2: backends/int4_kernel.py; bf16 on
+    one with AVX512-BF16: backends/int4_bf16_kernel.py, where w is rounded to bf16): w = q *
+    s + m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far
+    (relative) the 4-bit weights are from the layer's own (`quantize_linear` keeps a layer
+    in int8 above INT4_TOLERANCE). Else torch's int4 kernel: w = (q - 8) * scale + zero per
+    group of `group_size` (128 where the width allows).
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         out_features, in_features = weight.shape
-        self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.in_features = in_features
         self.out_features = out_features
-        self.kernel = weight.dtype == torch.float32 and int4_kernel.supports(*weight.shape)
+        self.kernel = _int4_kernel(weight.dtype, out_features, in_features)
         if self.kernel:
-            self.group_size = int4_kernel.group_size(in_features)
+            self.group_size = int4_kernel.GROUP_SIZES[0]
             codes = int4_kernel.quantize(weight, self.group_size)
-            self.error = _relative_error(int4_kernel.dequantize(*codes), weight)
-            self.register_buffer("weight", int4_kernel.packed(*codes))
+            self.error = _relative_error(self.kernel.dequantize(*codes), weight)
+            self.register_buffer("weight", self.kernel.packed(*codes))
+            float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
+            self.register_buffer("bias", float_bias)
             self.scale_and_zero = None
             return
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.error = 0.0  # torch's kernel: every layer in 4 bits
         group_size = next((g for g in INT4_GROUP_SIZES if in_features % g == 0), None)
         if group_size is None or out_features % 16:
@@ -254,7 +269,7 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
         if self.kernel:
-            out = int4_kernel.int4_matmul(rows, self.weight, self.group_size, self.bias)
+            out = self.kernel.matmul(rows, self.weight, self.group_size, self.bias)
             return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         out = torch._weight_int4pack_mm_for_cpu(
             rows, self.weight, self.group_size, self.scale_and_zero
@@ -296,6 +311,15 @@ def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
         return int8_kernel
     if dtype == torch.bfloat16 and int8_bf16_kernel.supports(out_features, in_features):
         return int8_bf16_kernel
+    return None
+
+
+def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:
+    """dynaspec's int4 kernel for activations of `dtype` where it runs and fits the layer."""
+    if dtype == torch.float32 and int4_kernel.supports(out_features, in_features):
+        return int4_kernel
+    if dtype == torch.bfloat16 and int4_bf16_kernel.supports(out_features, in_features):
+        return int4_bf16_kernel
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dynaspec.backends import int4_kernel, int8_bf16_kernel, int8_kernel
+from dynaspec.backends import int4_bf16_kernel, int4_kernel, int8_bf16_kernel, int8_kernel
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import default_pair_name, model_presets, pair_presets
@@ -76,6 +76,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append(int8_kernel.readiness())
     lines.append(int8_bf16_kernel.readiness())
     lines.append(int4_kernel.readiness())
+    lines.append(int4_bf16_kernel.readiness())
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)

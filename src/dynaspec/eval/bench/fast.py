@@ -18,6 +18,8 @@ target, so its output is compared with that target's own output (`reference`):
                      (needs llama-cpp-python)                                vs static-target
     static-hybrid-llamacpp    the same + prompt lookup                       vs static-target
     int8-adaptive-llamacpp, int8-hybrid-llamacpp: the same on the int8 target  vs int8-target
+    int8-hybrid      int8 target + int8 draft + prompt lookup, adaptive        vs int8-target
+                     (on AVX512-BF16 both on dynaspec's bf16 int8 kernel)
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
     int4-adaptive-llamacpp, int4-hybrid-llamacpp: the llama.cpp draft on the int4 target
@@ -82,6 +84,9 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "fast-hybrid", "bf16", "int8", "static-target", "bf16 static, int8 draft + lookup", True
         ),
+        # On a CPU with AVX512-BF16 both int8 models run on dynaspec's bf16 int8 kernel
+        # (backends/int8_bf16_kernel.py): 1 byte a weight, verification that batches.
+        FastMethod("int8-hybrid", "int8", "int8", "int8-target", "int8 both + lookup", True),
         FastMethod(
             "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
         ),

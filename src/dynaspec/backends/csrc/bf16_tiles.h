@@ -1,0 +1,152 @@
+// What dynaspec's low-bit kernels for bf16 activations on AVX512-BF16 share
+// (int8bf16_matmul.cpp, int4bf16_matmul.cpp): y = x @ w.T for bf16 x (T, K) and weights w
+// (N, K) held in fewer bits, which each kernel turns back into bf16 ("widens") in registers.
+//
+// Tiles of 64 output rows, each one sequential stream of the tile's codes. A widened column
+// pair of 16 rows is one 512-bit vector of 32 bf16 (lane 2i: row i, column k; lane 2i+1:
+// row i, column k+1), multiplied with VDPBF16PS by the pair (x[k], x[k+1]) broadcast, so
+// lane i of an accumulator is row i: no horizontal sums, as in oneDNN's bf16 kernel.
+//
+// Up to DIRECT_TOKENS tokens widen the codes as they stream in (the kernel's `few<TT>`).
+// More tokens widen a block of KB columns once into a scratch buffer that stays in the
+// core's first-level cache, run every token over it 6 at a time, and prefetch the next
+// block's codes meanwhile (widening and multiplying without reading memory would leave
+// the memory idle; measured: 1.7x slower at 6 tokens).
+//
+// Exactness: each output (row, token) is one lane of one accumulator that adds the K/2 pair
+// products in column order whatever T and the blocking are, so a row of a T-token product is
+// bitwise the one-token product (a verification sees the logits a step would).
+#pragma once
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <memory>
+
+namespace bf16_tiles {
+
+constexpr int ROWS = 64;               // rows a tile: 4 vectors of 16
+constexpr int V = ROWS / 16;
+constexpr int DIRECT_TOKENS = 5;       // up to this many tokens: no scratch buffer
+constexpr int KB = 128;                // columns a block: 16 KB of bf16 weights
+constexpr int TB = 24;                 // tokens a pass over the codes: 6 KB of accumulators
+constexpr int PREFETCH = 1024;         // bytes ahead in a tile's stream
+
+// Columns k, k+1 of a token, in every 32-bit lane.
+inline __m512bh pair(const uint16_t* x, int64_t k) {
+    int32_t both;
+    memcpy(&both, x + k, sizeof both);
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(both));
+}
+
+// Where the products go: y[tok, row] = acc * scale[row] (when given) + bias[row] (when given).
+struct Out {
+    const float* scale;  // (N,) or null
+    const float* bias;   // (N,) or null
+    int N;
+    float* y;            // (T, N)
+
+    void store(int tile, int v, int tok, __m512 acc) const {
+        const int row = tile * ROWS + v * 16;
+        if (scale) acc = _mm512_mul_ps(acc, _mm512_loadu_ps(scale + row));
+        if (bias) acc = _mm512_add_ps(acc, _mm512_loadu_ps(bias + row));
+        _mm512_storeu_ps(y + static_cast<int64_t>(tok) * N + row, acc);
+    }
+};
+
+// A thread's scratch: one block of a tile's weights in bf16, the accumulators of TB tokens.
+struct Scratch {
+    alignas(64) uint16_t w[KB / 2 * ROWS * 2];  // [KB/2 pairs][64 rows][2 columns]
+    alignas(64) float partial[TB * ROWS];       // [TB][64]
+};
+
+inline Scratch& scratch() {  // this thread's, kept while it lives (OpenMP keeps its threads)
+    static thread_local std::unique_ptr<Scratch> s(new Scratch);
+    return *s;
+}
+
+// Tokens tok .. tok+TT-1 (t0 .. in `partial`) over one block of `pairs` column pairs from
+// column kb, widened in `s.w`; the accumulators carry over between blocks in `s.partial`.
+// While the first tokens run, `next_bytes` of the next block's codes at `next` come in.
+template <int TT>
+inline void block(const uint16_t* x, int K, Scratch& s, int pairs, int kb, int tok, int t0,
+                  bool fresh, const uint8_t* next, int next_bytes) {
+    __m512 acc[V][TT];
+    float* partial = s.partial + t0 * ROWS;
+    for (int v = 0; v < V; ++v)
+        for (int t = 0; t < TT; ++t)
+            acc[v][t] = fresh ? _mm512_setzero_ps() : _mm512_load_ps(partial + t * ROWS + v * 16);
+    const uint16_t* xs = x + static_cast<int64_t>(tok) * K + kb;
+    const uint16_t* w = s.w;
+    const int step = next ? (next_bytes + pairs - 1) / pairs : 0;  // bytes to fetch a pair
+    for (int i = 0; i < pairs; ++i, w += ROWS * 2) {
+        for (int b = i * step; b < (i + 1) * step && b < next_bytes; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next) + b, _MM_HINT_T0);
+        for (int v = 0; v < V; ++v) {
+            const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_load_si512(w + v * 32));
+            for (int t = 0; t < TT; ++t)
+                acc[v][t] = _mm512_dpbf16_ps(acc[v][t], wv, pair(xs + static_cast<int64_t>(t) * K, 2 * i));
+        }
+    }
+    for (int v = 0; v < V; ++v)
+        for (int t = 0; t < TT; ++t) _mm512_store_ps(partial + t * ROWS + v * 16, acc[v][t]);
+}
+
+// Up to TB tokens from `tok` for one tile, block by block: the kernel widens each block
+// (`k.widen(tile, kb, pairs, s.w)`) and says where the next one's codes are
+// (`k.codes_at(tile, kb)`, `k.block_bytes(pairs)`), then 6 tokens at a time run over it.
+template <class Kernel>
+void many_tokens(const Kernel& k, int tile, int tok, int count, Scratch& s) {
+    for (int kb = 0; kb < k.K; kb += KB) {
+        const int pairs = (kb + KB <= k.K ? KB : k.K - kb) / 2;
+        k.widen(tile, kb, pairs, s.w);
+        const bool more = kb + KB < k.K;
+        const uint8_t* next = more ? k.codes_at(tile, kb + KB) : nullptr;
+        const int next_pairs = more ? ((kb + 2 * KB <= k.K ? KB : k.K - kb - KB) / 2) : 0;
+        const int bytes = k.block_bytes(next_pairs);
+        const bool fresh = kb == 0;
+        int t = 0;
+        for (; t + 6 <= count; t += 6, next = nullptr)
+            block<6>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes);
+        switch (count - t) {
+            case 5: block<5>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes); break;
+            case 4: block<4>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes); break;
+            case 3: block<3>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes); break;
+            case 2: block<2>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes); break;
+            case 1: block<1>(k.x, k.K, s, pairs, kb, tok + t, t, fresh, next, bytes); break;
+            default: break;
+        }
+    }
+    for (int t = 0; t < count; ++t)
+        for (int v = 0; v < V; ++v)
+            k.out.store(tile, v, tok + t, _mm512_load_ps(s.partial + t * ROWS + v * 16));
+}
+
+// The whole product on `threads` threads, tiles split among them.
+template <class Kernel>
+void run(const Kernel& k, int T, int threads) {
+    const int tiles = k.out.N / ROWS;
+    if (T <= DIRECT_TOKENS) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int i = 0; i < tiles; ++i) {
+            switch (T) {
+                case 1: k.template few<1>(i); break;
+                case 2: k.template few<2>(i); break;
+                case 3: k.template few<3>(i); break;
+                case 4: k.template few<4>(i); break;
+                default: k.template few<5>(i); break;
+            }
+        }
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        Scratch& s = scratch();
+#pragma omp for schedule(static)
+        for (int i = 0; i < tiles; ++i)
+            for (int tok = 0; tok < T; tok += TB) many_tokens(k, i, tok, T - tok < TB ? T - tok : TB, s);
+    }
+}
+
+}  // namespace bf16_tiles
