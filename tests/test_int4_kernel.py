@@ -17,12 +17,17 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
-def _grid_weight(rows: int, columns: int, seed: int = 0, levels: int = 16) -> torch.Tensor:
-    """Weights on a 4-bit grid per group of 32 (as a q4_K GGUF's), using `levels` of the 16."""
+def _grid_weight(
+    rows: int, columns: int, seed: int = 0, levels: int = 16, centred: bool = False
+) -> torch.Tensor:
+    """Weights on a 4-bit grid per group of 32 (as a q4_K GGUF's), using `levels` of the 16;
+    `centred`: the lowest point 4 to 10 steps below 0, as in a trained model's q4_K blocks."""
     generator = torch.Generator().manual_seed(seed)
     groups = columns // 32
     scale = (torch.rand(rows, groups, 1, generator=generator) / 100 + 1e-3).half().float()
     low = (-torch.rand(rows, groups, 1, generator=generator) / 10).half().float()
+    if centred:
+        low = (-scale * (4 + 6 * torch.rand(rows, groups, 1, generator=generator))).half().float()
     codes = torch.randint(0, levels, (rows, groups, 32), generator=generator).float()
     codes[..., 0], codes[..., 1] = 0, levels - 1  # both ends used
     return (codes * scale + low).reshape(rows, columns)
@@ -89,6 +94,26 @@ def test_weights_on_a_4_bit_grid_come_back_exactly() -> None:
     naive = ((groups - groups.amin(-1, keepdim=True)) / (span / 15)[..., None]).round()
     naive = naive * (span / 15)[..., None] + groups.amin(-1, keepdim=True)
     assert (naive.reshape(16, 96) - weight).norm() / weight.norm() > 2e-2
+
+
+def test_grid_weights_rounded_to_bf16_keep_their_grid() -> None:
+    """A q4_K model saved in bf16: every weight is a grid point rounded to 8 bits of mantissa.
+    The range and the smallest gap both misjudge the step; the least-squares refit finds it,
+    so the 4-bit weights differ from the bf16 ones by about bf16's own rounding."""
+    for levels in (16, 13):
+        exact = _grid_weight(64, 1536, seed=levels, levels=levels, centred=True)
+        rounded = exact.bfloat16()
+        back = int4_kernel.dequantize(*int4_kernel.quantize(rounded, 32))
+        rounding = (rounded.float() - exact).norm() / exact.norm()
+        error = (back - rounded.float()).norm() / rounded.float().norm()
+        assert error < 3 * rounding and error < INT4_TOLERANCE / 2, (levels, error, rounding)
+    # the control: the smallest gap alone (its noise times up to 15) leaves them off the grid
+    groups = rounded.float().reshape(64, 48, 32)
+    gaps = groups.sort(-1).values.diff(dim=-1)
+    step = torch.where(gaps > 0, gaps, torch.inf).amin(-1, keepdim=True)
+    low = groups.amin(-1, keepdim=True)
+    naive = ((groups - low) / step).round().clamp(0, 15) * step + low
+    assert (naive - groups).norm() / groups.norm() > 4 * error
 
 
 @needs_kernel

@@ -212,6 +212,22 @@ def test_cached_weights_have_the_requested_dtype(tiny_preset, cache):
     assert model_cache.cached_dtypes(tiny_preset, cache) == ("bfloat16",)
 
 
+def test_a_converted_folder_is_written_in_shards_so_its_bar_moves(
+    tiny_preset, cache, tmp_path, monkeypatch
+):
+    whole, _ = loading.load_preset(tiny_preset, dtype="float32", cache_dir=cache, progress=False)
+    one = model_cache.preset_folder(tiny_preset, torch.float32, cache)
+    assert (one / "model.safetensors").is_file()  # the tiny model fits one shard
+    monkeypatch.setattr(model_cache, "SHARD_SIZE", "4KB")  # smaller than the tiny model
+    other = tmp_path / "other-cache"
+    sharded, _ = loading.load_preset(tiny_preset, dtype="float32", cache_dir=other, progress=False)
+    folder = model_cache.preset_folder(tiny_preset, torch.float32, other)
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) >= 2
+    assert (folder / "model.safetensors.index.json").is_file()
+    expected = whole.state_dict()
+    assert all(torch.equal(value, expected[key]) for key, value in sharded.state_dict().items())
+
+
 def test_gguf_file_path_and_folder_load_alike(tiny_gguf, cache, tmp_path):
     model, tokenizer = loading.load_model(tiny_gguf, dtype="auto", cache_dir=cache)
     assert next(model.parameters()).dtype == torch.float32  # auto: GGUF's own precision

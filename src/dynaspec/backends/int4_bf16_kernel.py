@@ -1,6 +1,6 @@
 """The 4-bit matmul for bf16 activations on AVX512-BF16 (csrc/int4bf16_matmul.cpp), built once.
 
-Weights w = bf16(q * s + m), a code q in 0..15 and a float16 scale s and minimum m per row
+Weights w = bf16(q * s + m), a code q in 0..15 and a float16 scale s and offset m per row
 and group of 32 columns (the same codes as the AVX2 int4 kernel, `int4_kernel.quantize`):
 0.625 bytes a weight, against bf16's 2 and int8's 1. torch's int4 kernel for bf16 does not
 batch; this one rebuilds each weight in registers and multiplies it with VDPBF16PS like the
@@ -30,7 +30,7 @@ SPEC = KernelSpec(
 ENV_SWITCH = SPEC.switch  # "0": never use the kernel
 KERNEL = Kernel(SPEC)
 ROWS = 64  # rows a tile of the layout
-GROUP = 32  # columns a scale and minimum cover (q4_K's sub-blocks)
+GROUP = 32  # columns a scale and offset cover (q4_K's sub-blocks)
 
 available = KERNEL.available  # whether it runs here (built at the first call)
 unavailable_reason = KERNEL.unavailable_reason  # why not (None when it does)
@@ -42,15 +42,15 @@ def supports(out_features: int, in_features: int) -> bool:
     return out_features % ROWS == 0 and in_features % GROUP == 0 and available()
 
 
-def dequantize(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+def dequantize(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     """The bf16 (N, K) weights the kernel multiplies: q * s + m (fused) rounded to bf16."""
     rows, columns = codes.shape
     grouped = codes.float().reshape(rows, -1, GROUP)
-    fused = torch.addcmul(minimum.float()[..., None], grouped, scale.float()[..., None])
+    fused = torch.addcmul(offset.float()[..., None], grouped, scale.float()[..., None])
     return fused.reshape(rows, columns).to(torch.bfloat16)
 
 
-def packed(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+def packed(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     """The kernel's layout (see the source), (N/64, K/32, 1280) bytes: per tile of 64 rows
     and group, the float16 s and m of its rows, then per vector of 16 rows and column pair
     16 bytes, byte j: lane j of the widened vector (row j/2, column j%2) in its low nibble,
@@ -62,7 +62,7 @@ def packed(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> t
     v = v.permute(0, 4, 1, 5, 2, 3, 6).reshape(tiles, groups, 4, GROUP // 2, 2, 16)
     body = (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(tiles, groups, ROWS * GROUP // 2)
     header = torch.stack(
-        [scale.reshape(tiles, ROWS, groups), minimum.reshape(tiles, ROWS, groups)], 0
+        [scale.reshape(tiles, ROWS, groups), offset.reshape(tiles, ROWS, groups)], 0
     )  # (2, tile, row, group) float16
     header = header.permute(1, 3, 0, 2).contiguous().view(torch.uint8)  # (tile, group, 2, 128)
     return torch.cat([header.reshape(tiles, groups, 4 * ROWS), body], -1).contiguous()

@@ -1,5 +1,5 @@
 // y = x @ w.T + bias for float32 activations x (T, K) and 4-bit weights w (N, K) on AVX2 +
-// FMA + F16C, where w = q * s + m for a code q in 0..15 and one scale s and one minimum m
+// FMA + F16C, where w = q * s + m for a code q in 0..15 and one scale s and one offset m
 // (float16) per row and group of G columns (G a multiple of 8).
 //
 // Why: a decoding step on a CPU reads every weight once; 4 bits a weight and two float16

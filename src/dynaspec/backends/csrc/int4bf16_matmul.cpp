@@ -1,6 +1,6 @@
 // y = x @ w.T + bias for bf16 activations x (T, K) and 4-bit weights w (N, K) on
 // AVX512-BF16, where w = bf16(q * s + m) for a code q in 0..15 and one scale s and one
-// minimum m (float16) per row and group of 32 columns; y float32.
+// offset m (float16) per row and group of 32 columns; y float32.
 //
 // Why: a decoding step reads every weight once; 4 bits a weight and two float16 numbers a
 // group of 32 read 0.625 bytes a weight (llama.cpp's q4_K: 0.5625), 0.31 of bf16 and 0.63 of
@@ -22,7 +22,7 @@ namespace {
 
 using namespace bf16_tiles;
 
-constexpr int GROUP = 32;                      // columns a scale and minimum cover
+constexpr int GROUP = 32;                      // columns a scale and offset cover
 constexpr int HEADER_BYTES = ROWS * 2 * 2;     // float16 s and m of 64 rows
 constexpr int GROUP_BYTES = HEADER_BYTES + ROWS * GROUP / 2;
 

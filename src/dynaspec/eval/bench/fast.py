@@ -22,6 +22,9 @@ target, so its output is compared with that target's own output (`reference`):
                      (on AVX512-BF16 both on dynaspec's bf16 int8 kernel)
     int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
     int4-target      int4 target alone                         (not compared)
+    int4-adaptive    int4 target + int8 draft, adaptive        vs int4-target
+    int4-hybrid      int4 target + int8 draft + prompt lookup, adaptive        vs int4-target
+                     (on AVX512-BF16 on dynaspec's bf16 int4 and int8 kernels)
     int4-adaptive-llamacpp, int4-hybrid-llamacpp: the llama.cpp draft on the int4 target
                      (dynaspec's AVX2 int4 kernel in float32)                vs int4-target
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
@@ -81,6 +84,12 @@ FAST_METHODS: dict[str, FastMethod] = {
         ),
         FastMethod("int8-adaptive-int4", "int8", "int4", "int8-target", "int8 target, int4 draft"),
         FastMethod("int4-target", "int4", None, None, "int4 static-cache target alone"),
+        # On a CPU with AVX512-BF16 the int4 target's q4_K layers run on dynaspec's bf16 int4
+        # kernel (backends/int4_bf16_kernel.py, 0.625 bytes a weight), the rest on the int8 one.
+        FastMethod(
+            "int4-adaptive", "int4", "int8", "int4-target", "int4 target, int8 draft, adaptive"
+        ),
+        FastMethod("int4-hybrid", "int4", "int8", "int4-target", "int4, int8 draft + lookup", True),
         FastMethod(
             "fast-hybrid", "bf16", "int8", "static-target", "bf16 static, int8 draft + lookup", True
         ),

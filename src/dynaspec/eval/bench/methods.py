@@ -14,8 +14,8 @@ prompt lookup, ``prompt_lookup_num_tokens=10`` as in transformers' documentation
 ``hf-prompt-lookup-32`` (the same with dynaspec's cap of 32: what a larger fixed cap alone
 does);
 the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``,
-their int4-draft variants and ``fast-hybrid``/``int8-hybrid``/``int8-hybrid-int4`` (with
-prompt lookup)
+their int4-draft variants, ``int4-target``/``int4-adaptive`` and ``fast-hybrid``/
+``int8-hybrid``/``int8-hybrid-int4``/``int4-hybrid`` (with prompt lookup)
 (static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
 ``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``) and
 ``llamacpp-prompt-lookup`` (the same with llama-cpp-python's prompt lookup, 10 tokens); the
