@@ -1,5 +1,5 @@
 """dynaspec's 4-bit matmul for bf16 activations (backends/int4_bf16_kernel.py): what it
-computes (the bf16 weights q * s + m), that a row of a many-token product is bitwise the
+computes (the weights q * s + m), that a row of a many-token product is bitwise the
 one-token product whatever path the token count takes, that bf16 int4 layers use it, that a
 speculative int4 bf16 target gives its own output token for token, and that it stands
 aside, with the reason, where it cannot be built."""
@@ -33,9 +33,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 @pytest.mark.parametrize("rows,columns", [(64, 32), (128, 160), (192, 1536)])
 @pytest.mark.parametrize("tokens", [1, 5, 9])  # in registers, in registers, by blocks
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_the_kernel_multiplies_the_bf16_weights_it_stands_for(
-    rows, columns, tokens, with_bias
-) -> None:
+def test_the_kernel_multiplies_the_weights_it_stands_for(rows, columns, tokens, with_bias) -> None:
     codes, bias, x = _problem(rows, columns, tokens)
     bias = bias if with_bias else None
     out = kernel.int4_bf16_matmul(x, kernel.packed(*codes), 32, bias)
@@ -60,17 +58,22 @@ def test_a_row_of_many_tokens_is_bitwise_the_one_token_product(columns) -> None:
 
 
 def test_the_layout_holds_each_groups_scales_then_its_nibbles() -> None:
-    codes = torch.arange(64 * 32).remainder(16).to(torch.uint8).view(64, 32)
-    scale = torch.arange(64, dtype=torch.float16).view(64, 1)
-    minimum = -scale
-    packed = kernel.packed(codes, scale, minimum)
-    assert packed.shape == (1, 1, 1280)
-    header = packed[0, 0, :256].view(torch.float16)
-    assert torch.equal(header[:64], scale[:, 0]) and torch.equal(header[64:], minimum[:, 0])
-    # vector 1 (rows 16-31), pair 3 (columns 6, 7), byte 5: row 16 + 2 = 18, column 7 in
-    # the low nibble; row 16 + 8 + 2 = 26, column 7 in the high one
-    byte = int(packed[0, 0, 256 + (1 * 16 + 3) * 16 + 5])
-    assert byte & 15 == int(codes[18, 7]) and byte >> 4 == int(codes[26, 7])
+    codes = torch.arange(64 * 64).remainder(16).to(torch.uint8).view(64, 64)
+    codes[26, 53] = 9
+    scale = torch.arange(128, dtype=torch.float16).view(64, 2)
+    offset = -scale
+    packed = kernel.packed(codes, scale, offset)
+    assert packed.shape == (1, 4, 2, 320)  # (tiles, vectors, groups, bytes)
+    # vector 1 (rows 16-31), group 1: s then m of its 16 rows, then 4 lines of codes
+    group = packed[0, 1, 1]
+    header = group[:64].view(torch.float16)
+    assert torch.equal(header[:16], scale[16:32, 1]) and torch.equal(header[16:], offset[16:32, 1])
+    # row 26 (row 10 of the vector), column 53 (column 21 of group 1): line 2, pair 10 of the
+    # group = nibble 2 of the line, second column of the pair: lane 2 * 10 + 1 = 21, bits 8-11
+    lane = int(group[64 + 2 * 64 + 21 * 2]) | int(group[64 + 2 * 64 + 21 * 2 + 1]) << 8
+    assert (lane >> 8) & 15 == 9
+    others = [int(codes[26, 32 + 16 + 2 * n + 1]) for n in (0, 1, 3)]  # columns 49, 51, 55
+    assert [(lane >> 4 * n) & 15 for n in (0, 1, 3)] == others
 
 
 @needs_kernel

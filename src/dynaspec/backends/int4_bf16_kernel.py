@@ -1,11 +1,12 @@
 """The 4-bit matmul for bf16 activations on AVX512-BF16 (csrc/int4bf16_matmul.cpp), built once.
 
-Weights w = bf16(q * s + m), a code q in 0..15 and a float16 scale s and offset m per row
-and group of 32 columns (the same codes as the AVX2 int4 kernel, `int4_kernel.quantize`):
-0.625 bytes a weight, against bf16's 2 and int8's 1. torch's int4 kernel for bf16 does not
-batch; this one rebuilds each weight in registers and multiplies it with VDPBF16PS like the
-int8 bf16 kernel (csrc/bf16_tiles.h), so a verification over a few tokens costs about one
-step. Measurements: docs/fast-path.md.
+Weights w = q * s + m, a code q in 0..15 and a float16 scale s and offset m per row and
+group of 32 columns (the same codes as the AVX2 int4 kernel, `int4_kernel.quantize`): 0.625
+bytes a weight, against bf16's 2 and int8's 1. torch's int4 kernel for bf16 does not batch.
+This one multiplies the codes themselves, turned into bf16 by one table lookup, with
+VDPBF16PS (csrc/bf16_tiles.h), and adds s times each group's sum and m times the group's sum
+of the activations, so a verification over a few tokens costs about one step.
+Measurements: docs/fast-path.md.
 
 A row of a T-token product is bitwise the one-token product (see the source). Built and
 loaded by backends/kernel_build.py; where it cannot be (no compiler, no AVX512-BF16, not
@@ -43,29 +44,30 @@ def supports(out_features: int, in_features: int) -> bool:
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """The bf16 (N, K) weights the kernel multiplies: q * s + m (fused) rounded to bf16."""
+    """The float32 (N, K) weights the kernel multiplies by: q * s + m (s and m float16)."""
     rows, columns = codes.shape
     grouped = codes.float().reshape(rows, -1, GROUP)
-    fused = torch.addcmul(offset.float()[..., None], grouped, scale.float()[..., None])
-    return fused.reshape(rows, columns).to(torch.bfloat16)
+    return (grouped * scale.float()[..., None] + offset.float()[..., None]).reshape(rows, columns)
 
 
 def packed(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """The kernel's layout (see the source), (N/64, K/32, 1280) bytes: per tile of 64 rows
-    and group, the float16 s and m of its rows, then per vector of 16 rows and column pair
-    16 bytes, byte j: lane j of the widened vector (row j/2, column j%2) in its low nibble,
-    lane j + 16 (row 8 + j/2) in its high one."""
+    """The kernel's layout (see the source), (N/64, 4, K/32, 320) bytes: per tile of 64 rows,
+    vector of 16 of them and group, the float16 s and m of its rows, then 4 lines of 32
+    16-bit lanes, lane j (row j/2, column j%2 of a pair) of line c holding the codes of the
+    group's column pairs 4c..4c+3 in its nibbles 0-3."""
     rows, columns = codes.shape
     tiles, groups = rows // ROWS, columns // GROUP
-    # (tile, vector, half, row, group, pair, column): row of the tile = v*16 + half*8 + row
-    v = codes.to(torch.uint8).reshape(tiles, 4, 2, 8, groups, GROUP // 2, 2)
-    v = v.permute(0, 4, 1, 5, 2, 3, 6).reshape(tiles, groups, 4, GROUP // 2, 2, 16)
-    body = (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(tiles, groups, ROWS * GROUP // 2)
+    # (tile, vector, row, group, line, nibble, column of the pair): column = 8 line + 2 nibble + c
+    q = codes.to(torch.int32).reshape(tiles, 4, 16, groups, 4, 4, 2)
+    q = q.permute(0, 1, 3, 4, 2, 6, 5)  # (tile, vector, group, line, row, column, nibble)
+    lanes = (q << torch.tensor([0, 4, 8, 12], dtype=torch.int32)).sum(-1)  # (..., 16, 2)
+    body = lanes.to(torch.int16).reshape(tiles, 4, groups, 4 * 32).contiguous()
     header = torch.stack(
-        [scale.reshape(tiles, ROWS, groups), offset.reshape(tiles, ROWS, groups)], 0
-    )  # (2, tile, row, group) float16
-    header = header.permute(1, 3, 0, 2).contiguous().view(torch.uint8)  # (tile, group, 2, 128)
-    return torch.cat([header.reshape(tiles, groups, 4 * ROWS), body], -1).contiguous()
+        [scale.reshape(tiles, 4, 16, groups), offset.reshape(tiles, 4, 16, groups)], 3
+    )  # (tile, vector, row, 2, group) float16
+    header = header.permute(0, 1, 4, 3, 2).contiguous()  # (tile, vector, group, 2, 16)
+    parts = [header.view(torch.uint8).reshape(tiles, 4, groups, 64), body.view(torch.uint8)]
+    return torch.cat(parts, -1).contiguous()
 
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is

@@ -123,7 +123,9 @@ void many_tokens(const Kernel& k, int tile, int tok, int count, Scratch& s) {
             k.out.store(tile, v, tok + t, _mm512_load_ps(s.partial + t * ROWS + v * 16));
 }
 
-// The whole product on `threads` threads, tiles split among them.
+// The whole product on `threads` threads, tiles split among them: up to DIRECT_TOKENS
+// tokens by the kernel's `few<T>(tile)`, more by its `many(tile, tok, count, scratch)` (the
+// int8 kernel's is `many_tokens` above), TB tokens at a time.
 template <class Kernel>
 void run(const Kernel& k, int T, int threads) {
     const int tiles = k.out.N / ROWS;
@@ -145,7 +147,7 @@ void run(const Kernel& k, int T, int threads) {
         Scratch& s = scratch();
 #pragma omp for schedule(static)
         for (int i = 0; i < tiles; ++i)
-            for (int tok = 0; tok < T; tok += TB) many_tokens(k, i, tok, T - tok < TB ? T - tok : TB, s);
+            for (int tok = 0; tok < T; tok += TB) k.many(i, tok, T - tok < TB ? T - tok : TB, s);
     }
 }
 

@@ -48,6 +48,8 @@ struct Int8 {
             _mm512_store_si512(w + i * 32, reinterpret_cast<__m512i>(widen32(line)));
     }
 
+    void many(int tile, int tok, int count, Scratch& s) const { many_tokens(*this, tile, tok, count, s); }
+
     // Up to DIRECT_TOKENS tokens of one tile, the codes widened as they stream in.
     template <int TT>
     void few(int tile) const {
