@@ -224,8 +224,8 @@ class Int4Linear(nn.Module):
     """y = x @ w.T + bias for 4-bit weights w in groups of input columns.
 
     On dynaspec's own kernels (float32 on a CPU with AVX2: backends/int4_kernel.py; bf16 on
-    one with AVX512-BF16: backends/int4_bf16_kernel.py, where w is rounded to bf16): w = q *
-    s + m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far
+    one with AVX512-BF16: backends/int4_bf16_kernel.py, which multiplies the codes in bf16):
+    w = q * s + m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far
     (relative) the 4-bit weights are from the layer's own (`quantize_linear` keeps a layer
     in int8 above INT4_TOLERANCE). Else torch's int4 kernel: w = (q - 8) * scale + zero per
     group of `group_size` (128 where the width allows).
