@@ -19,6 +19,7 @@ import ctypes
 
 import torch
 
+from dynaspec.backends import int4_kernel
 from dynaspec.backends.kernel_build import Kernel, KernelSpec
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
@@ -36,18 +37,13 @@ GROUP = 32  # columns a scale and offset cover (q4_K's sub-blocks)
 available = KERNEL.available  # whether it runs here (built at the first call)
 unavailable_reason = KERNEL.unavailable_reason  # why not (None when it does)
 readiness = KERNEL.readiness  # one line for `dynaspec models`, without building it
+# The float32 weights the kernel multiplies by: q * s + m, as the AVX2 int4 kernel's.
+dequantize = int4_kernel.dequantize
 
 
 def supports(out_features: int, in_features: int) -> bool:
     """Whether a layer of these widths can use the kernel (tiles of 64 rows, groups of 32)."""
     return out_features % ROWS == 0 and in_features % GROUP == 0 and available()
-
-
-def dequantize(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """The float32 (N, K) weights the kernel multiplies by: q * s + m (s and m float16)."""
-    rows, columns = codes.shape
-    grouped = codes.float().reshape(rows, -1, GROUP)
-    return (grouped * scale.float()[..., None] + offset.float()[..., None]).reshape(rows, columns)
 
 
 def packed(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
