@@ -13,14 +13,14 @@ from decision_scenarios import SCENARIOS, Outcome, Planned, trace
 from round_helpers import make_round
 
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep
-from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy, batch_round
+from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy, batch_round, packed_round
 
 TRACES = json.loads((Path(__file__).parent / "data" / "decision_traces.json").read_text())
 
 
-def one_row_driver(schedule: str):
+def one_row_driver(schedule: str, packed: bool = False):
     """The scenario's calls through a batch policy of one row."""
-    policy = BatchAdaptivePolicy(rows=1, max_tokens=20)
+    policy = BatchAdaptivePolicy(rows=1, max_tokens=20, packed=packed)
     plans: dict[int, DraftPlan] = {}
 
     def plan(catchup, copy_tokens, agreement, remaining):
@@ -49,9 +49,13 @@ def one_row_driver(schedule: str):
 ADAPTIVE = [s for s in SCENARIOS if s[0] == "adaptive"]
 
 
+@pytest.mark.parametrize("packed", (False, True), ids=("padded", "packed"))
 @pytest.mark.parametrize("scenario", ADAPTIVE, ids=lambda s: "/".join(map(str, s)))
-def test_one_row_decides_as_the_single_sequence_rule(scenario) -> None:
-    assert trace(one_row_driver, *scenario) == TRACES["/".join(map(str, scenario))]
+def test_one_row_decides_as_the_single_sequence_rule(scenario, packed: bool) -> None:
+    def driver(schedule: str):
+        return one_row_driver(schedule, packed)
+
+    assert trace(driver, *scenario) == TRACES["/".join(map(str, scenario))]
 
 
 def step(index: int, confidence: float) -> DraftStep:
@@ -103,3 +107,43 @@ def test_a_rows_copy_is_weighed_at_the_batchs_rate_never_below_its_rows() -> Non
     match = DraftOptions(None, torch.zeros(12, dtype=torch.long), 2)
     plans = policy.plan([match, match], [50, 50])
     assert [plan.copy for plan in plans] == [10, 10]
+
+
+def test_packed_rows_stop_one_by_one_and_together_for_the_draft() -> None:
+    # Fresh priors: c = 0.25, V(1 + D) = 1 + 0.05 D, calibration = identity, rho_B = 2 (the
+    # 2 rows going). Packed, a row's next token costs rho_B x 0.05 = 0.10 to verify, and
+    # the rows going on must repay the shared draft forward, rho_B x 0.25 = 0.50.
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, packed=True)
+    plans = [DraftPlan(model=20), DraftPlan(model=20)]
+    # Row 0 at 0.95 (0.9025 - 0.10), row 1 at 0.25 (0.0625 - 0.10 <= 0): row 1 stops alone.
+    assert policy.stopper(plans).stop({0: step(0, 0.95), 1: step(0, 0.25)}) == {1: "cost"}
+    # Both at 0.55 (2 x (0.3025 - 0.10) = 0.405 <= 0.50): both stop, for the draft's cost.
+    stopped = policy.stopper(plans).stop({0: step(0, 0.55), 1: step(0, 0.55)})
+    assert stopped == {0: "cost", 1: "cost"}
+    # Padded, the same two rows at 0.95 and 0.25 go on together (their summed gain beats
+    # rho_B x (c + 0.05) = 0.60) and row 1's unpaying token widens the block.
+    padded = BatchAdaptivePolicy(rows=2, max_tokens=20)
+    assert padded.stopper(plans).stop({0: step(0, 0.95), 1: step(0, 0.25)}) == {}
+
+
+def test_the_packed_round_counts_every_rows_tokens() -> None:
+    rows = [
+        make_round(3, 1, (0.9,) * 3, 0.3, 0.5, 4, 3, 1),
+        make_round(1, 1, (0.9,), 0.1, 0.5, 2, 1, 1),
+        make_round(2, 2, (1.0, 1.0), 0.0, 0.5, 3, 0, 0, num_copied=2),
+    ]
+    merged = packed_round(rows)
+    # V is learnt at 1 + the 6 tokens drafted by all rows; the draft's forwards are the
+    # longest row's
+    assert (merged.num_verified, merged.num_drafted, merged.draft_forwards) == (7, 6, 3)
+    assert (merged.draft_time_s, merged.target_time_s, merged.num_model) == (0.3, 0.5, 4)
+
+
+def test_packed_the_batch_drafts_when_every_drafted_position_pays_for_its_rows() -> None:
+    # Packed, each drafted position adds a token per drafting row: with 2 rows at a_1 = 0.8,
+    # position 1 gains 1.6 against rho_B (2) x (0.25 + 2 x 0.05) = 0.70.
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, packed=True)
+    offers = [DraftOptions(1), DraftOptions(1)]
+    assert [p.model for p in policy.plan(offers, [50, 50])] == [20, 20]
+    policy.shared.calibration.first_accepted, policy.shared.calibration.first_total = 0.0, 40.0
+    assert [p.model for p in policy.plan(offers, [50, 50])] == [0, 0]

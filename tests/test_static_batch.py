@@ -126,3 +126,51 @@ def test_a_compiled_model_is_refused_in_a_batch_with_the_way_out() -> None:
     ids, mask = padded(PROMPTS[:2])
     with pytest.raises(UnsupportedOptionError, match="without compile=True"):
         dynaspec.generate(compiled, None, ids, attention_mask=mask, max_new_tokens=2)
+
+
+def ragged_forward(adapter: StaticBatchAdapter, sizes: list[int]) -> list[torch.Tensor]:
+    """The rows' prompts, then one forward that feeds row r sizes[r] tokens (0 included);
+    the logits of that forward's tokens, per row."""
+    ids, mask = padded(PROMPTS)
+    adapter.begin(ids, mask)
+    adapter.forward(list(ids), [1] * len(ids))
+    fed = [torch.arange(3, 3 + n) for n in sizes]
+    return adapter.forward(fed, sizes)
+
+
+def test_packed_rows_give_the_logits_of_the_padded_block(models) -> None:
+    """The linear layers over the rows' tokens alone, packed, give each row the logits the
+    (B, widest) block gives it (float32), and the next forward after a packed one too."""
+    _, _, fast_target, _ = models
+    sizes = [5, 0, 2, 1][: len(PROMPTS)]
+    packed = StaticBatchAdapter(fast_target)
+    padded_block = StaticBatchAdapter(fast_target)
+    padded_block.packs_rows = False
+    for got, expected in zip(
+        ragged_forward(packed, sizes), ragged_forward(padded_block, sizes), strict=True
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    after = [torch.tensor([7]) for _ in sizes]
+    for got, expected in zip(
+        packed.forward(after, [1] * len(sizes)),
+        padded_block.forward(after, [1] * len(sizes)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_layers_see_only_the_rows_tokens(models) -> None:
+    """A ragged forward runs the linear layers over the sum of the rows' tokens, not B x
+    the widest row's (what makes a row's long copy cheap for the others)."""
+    _, _, fast_target, _ = models
+    sizes = [5, 0, 2, 1][: len(PROMPTS)]
+    adapter = StaticBatchAdapter(fast_target)
+    seen: list[int] = []
+    layer = adapter.decoder.blocks[0].gate_proj
+    hook = layer.register_forward_hook(lambda _m, args, _o: seen.append(args[0].numel()))
+    try:
+        ragged_forward(adapter, sizes)
+    finally:
+        hook.remove()
+    hidden = adapter.decoder.embed_tokens.weight.shape[1]
+    assert seen[-1] == sum(sizes) * hidden

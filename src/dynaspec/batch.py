@@ -102,18 +102,22 @@ def generate_batch(
     )
     drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
-        policy = batch_policy(spec, len(rows), draft_cost_ratio(target, draft))
+        packed = target_batch.packs_rows
+        policy = batch_policy(spec, len(rows), draft_cost_ratio(target, draft), packed)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
     output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
-def batch_policy(spec: SpecConfig, rows: int, draft_cost: float | None = None) -> BatchPolicy:
+def batch_policy(
+    spec: SpecConfig, rows: int, draft_cost: float | None = None, packed: bool = False
+) -> BatchPolicy:
     """adaptive: one rule over the batch's shared forwards; the fixed schedules: a policy
-    per row, each as it would be alone. `draft_cost`: make_policy's."""
+    per row, each as it would be alone. `draft_cost`: make_policy's; `packed`: the target
+    adapter's `packs_rows`."""
     if spec.num_assistant_tokens_schedule == "adaptive":
-        policy = BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens)
+        policy = BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens, packed=packed)
         if draft_cost is not None:
             policy.shared.expect_draft_cost(draft_cost)
         return policy

@@ -78,7 +78,9 @@ class ContinuousBatch:
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
         self.drafter = batch_drafter(draft_batch, lookup, self.target.vocab_size, eos)
-        self.policy = batch_policy(spec or SpecConfig(), 0, draft_cost_ratio(target, draft))
+        self.policy = batch_policy(
+            spec or SpecConfig(), 0, draft_cost_ratio(target, draft), self.target.packs_rows
+        )
         self.rows: list[Row] = []
 
     @property

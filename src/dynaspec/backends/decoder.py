@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,6 +67,29 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
+@dataclass(frozen=True)
+class Packing:
+    """Which cells of a ragged (B, W) block hold tokens, row-major: the linear layers run
+    over those N tokens alone (a row's long draft no longer widens every row), attention
+    over the block (where the cells without a token hold zeros)."""
+
+    take: torch.Tensor  # (N,) indices into the flattened (B * W) block
+    rows: int  # B
+    width: int  # W
+
+    def pack(self, block: torch.Tensor) -> torch.Tensor:
+        """(B, W, F) -> (1, N, F): the cells with a token."""
+        flat = block.reshape(self.rows * self.width, block.shape[-1])
+        return flat.index_select(0, self.take)[None]
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """(1, N, F) -> (B, W, F), zeros in the cells without a token."""
+        features = packed.shape[-1]
+        flat = packed.new_zeros(self.rows * self.width, features)
+        flat.index_copy_(0, self.take, packed.reshape(-1, features))
+        return flat.view(self.rows, self.width, features)
+
+
 class StaticAttention(nn.Module):
     """Self-attention that writes into and reads from preallocated (B, kv_heads, L, d) caches."""
 
@@ -89,11 +113,15 @@ class StaticAttention(nn.Module):
         positions: torch.Tensor,  # (B, n) cache slots of the fed tokens, per row
         key_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
         value_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
+        packing: Packing | None = None,  # x is (1, N, H): the block's cells with a token
     ) -> torch.Tensor:
-        rows, n = x.shape[0], x.shape[1]
-        query = self.q_proj(x).view(rows, n, self.num_heads, self.head_dim).transpose(1, 2)
-        key = self.k_proj(x).view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        value = self.v_proj(x).view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        query, key, value = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if packing is not None:
+            query, key, value = (packing.unpack(t) for t in (query, key, value))
+        rows, n = query.shape[0], query.shape[1]
+        query = query.view(rows, n, self.num_heads, self.head_dim).transpose(1, 2)
+        key = key.view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        value = value.view(rows, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, n, d): the same for every head
         query, key = rotate(query, cos, sin), rotate(key, cos, sin)
         if rows == 1:  # one sequence: its slots along the cache's length
@@ -105,7 +133,7 @@ class StaticAttention(nn.Module):
             value_cache.scatter_(2, slots, value)
         out = grouped_attention(query, key_cache, value_cache, mask, self.scaling)
         merged = out.transpose(1, 2).reshape(rows, n, self.num_heads * self.head_dim)
-        return self.o_proj(merged)
+        return self.o_proj(merged if packing is None else packing.pack(merged))
 
 
 def grouped_attention(
@@ -157,9 +185,10 @@ class StaticBlock(nn.Module):
         positions: torch.Tensor,
         key_cache: torch.Tensor,
         value_cache: torch.Tensor,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
         attended = self.self_attn(
-            self.input_layernorm(x), cos, sin, mask, positions, key_cache, value_cache
+            self.input_layernorm(x), cos, sin, mask, positions, key_cache, value_cache, packing
         )
         x = x + attended
         normed = self.post_attention_layernorm(x)
@@ -249,13 +278,20 @@ class StaticDecoder(nn.Module):
         sin: torch.Tensor,  # (L, d)
         cache: list[torch.Tensor],
         block_fn: Callable[..., torch.Tensor] = run_block,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
-        """Final-norm hidden states (B, n, H) of the fed tokens; writes their keys and values.
+        """Final-norm hidden states (B, n, H) of the fed tokens, or (1, N, H) of the cells
+        `packing` names; writes their keys and values.
 
-        `block_fn` runs one block: `run_block`, or a compiled version of it."""
+        `block_fn` runs one block: `run_block`, or a compiled version of it (not packed)."""
         x = self.embed_tokens(input_ids)  # (B, n, H)
         cos, sin = cos[positions], sin[positions]  # (B, n, d)
+        if packing is not None:
+            x = packing.pack(x)  # (1, N, H)
         for index, block in enumerate(self.blocks):
             keys, values = cache[2 * index], cache[2 * index + 1]
-            x = block_fn(block, x, cos, sin, mask, positions, keys, values)
+            if packing is None:
+                x = block_fn(block, x, cos, sin, mask, positions, keys, values)
+            else:
+                x = block(x, cos, sin, mask, positions, keys, values, packing)
         return self.norm(x)

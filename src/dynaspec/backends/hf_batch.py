@@ -51,6 +51,7 @@ class HFBatchAdapter:
         self.model = model
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.vocab_size = int(getattr(text, "vocab_size", 0) or 0)
+        self.packs_rows = False  # padded to a (B, widest) block: transformers' forward
         self.max_length = getattr(text, "max_position_embeddings", None)
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"

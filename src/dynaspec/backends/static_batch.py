@@ -7,11 +7,14 @@ position 0, transformers' left-padding convention), and a count per row says how
 sequence's tokens (left padding included) are cached. Rolling a row back moves its count.
 
 A ragged forward feeds every row its own number of tokens: the block is left-aligned, row r's
-n_r tokens at its next slots, the columns past them filled with copies of a token. Those
-copies are written to the slots right after the row's real tokens, where nothing attends to
-them (a token at slot p attends to slots <= p) and the row's next forward overwrites them,
-as the single adapter's bucket padding does (backends/static.py). A row fed nothing this
-forward gets only such copies. Rows join (a prompt prefilled in a cache of its own, `prefill`,
+n_r tokens at its next slots, the columns past them filled. The linear layers (most of a
+forward's cost) run over the N = sum of n_r tokens alone, packed (`decoder.Packing`), so a
+forward costs about what N tokens cost, not B times the widest row's; attention runs over the
+block, where the filled cells hold zeros. Those cells' keys and values are written to the
+slots right after the row's real tokens, where nothing attends to them (a token at slot p
+attends to slots <= p) and the row's next forward overwrites them, as the single adapter's
+bucket padding does (backends/static.py). A row fed nothing this forward gets only such
+cells. Rows join (a prompt prefilled in a cache of its own, `prefill`,
 then copied in as a new row) and leave (their rows dropped) between rounds.
 
 Memory: 2 x layers x kv_heads x head_dim x bytes per cached token and row, for the longest row
@@ -26,6 +29,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.decoder import Packing
 from dynaspec.backends.hf_batch import HFBatchAdapter
 from dynaspec.backends.static import CAPACITY_STEP, StaticAdapter, causal_mask, round_up
 from dynaspec.errors import UnsupportedOptionError
@@ -56,6 +60,7 @@ class StaticBatchAdapter:
         self.vocab_size = fast.vocab_size
         self.max_length = fast.max_length
         self.device = fast.device
+        self.packs_rows = True  # a forward costs what its tokens cost, not B x the widest
         self.cache: list[torch.Tensor] = []  # per layer key and value, (B, kv_heads, L, d)
         self.capacity = 0
         self.lengths: list[int] = []  # per row: sequence tokens cached (left padding included)
@@ -132,14 +137,29 @@ class StaticBatchAdapter:
         first = torch.tensor(starts, device=self.device)[:, None]  # (B, 1)
         positions = first + torch.arange(width, device=self.device)  # (B, W)
         mask = causal_mask(positions, max(starts) + width, self.capacity)  # (B, W, A)
-        hidden = self.decoder.hidden(ids, positions, mask, self._cos, self._sin, self.cache)
         sizes = [tokens.numel() for tokens in real]
+        packing = self._packing(sizes, width)
+        hidden = self.decoder.hidden(
+            ids, positions, mask, self._cos, self._sin, self.cache, packing=packing
+        )  # (B, W, H), or (1, N, H) packed
         counts = [min(int(k), n) for k, n in zip(num_logits, sizes, strict=True)]
-        picked = [
-            hidden[row, n - k : n] for row, (n, k) in enumerate(zip(sizes, counts, strict=True))
-        ]
+        if packing is not None:
+            ends = torch.tensor(sizes).cumsum(0).tolist()
+            picked = [hidden[0, end - k : end] for end, k in zip(ends, counts, strict=True)]
+        else:
+            picked = [
+                hidden[row, n - k : n] for row, (n, k) in enumerate(zip(sizes, counts, strict=True))
+            ]
         logits = self.decoder.lm_head(torch.cat(picked))  # (sum of counts, V)
         return list(logits.split(counts))
+
+    def _packing(self, sizes: list[int], width: int) -> Packing | None:
+        """The cells of the (B, W) block that hold a row's tokens, for the linear layers to
+        run over those alone (`packs_rows`); None when every row fills the block."""
+        if not self.packs_rows or sum(sizes) == len(sizes) * width:
+            return None
+        take = [row * width + column for row, n in enumerate(sizes) for column in range(n)]
+        return Packing(torch.tensor(take, device=self.device), len(sizes), width)
 
     def crop(self, num_tokens: Sequence[int]) -> None:
         """Row r keeps at most its first num_tokens[r] sequence tokens cached."""

@@ -62,6 +62,8 @@ class BatchModelAdapter(Protocol):
     max_length: int | None
     num_cached: list[int]  # per row: tokens of its sequence (left padding included) cached
     num_pads: list[int]  # per row: left padding at the start of its sequence
+    packs_rows: bool  # whether a forward costs what its tokens cost (the rows packed), not
+    #                   B x the widest row's (padded to a block)
 
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""

@@ -152,21 +152,30 @@ class AdaptivePolicy:
         return max(self.rate, floor) * marginal
 
     def model_value(
-        self, prefix: float = 1.0, offset: int = 0, rows: int = 1, floor: float = 1.0
+        self,
+        prefix: float = 1.0,
+        offset: int = 0,
+        rows: int = 1,
+        floor: float = 1.0,
+        width: int = 1,
     ) -> float:
         """G: the most the model's tokens after `offset` drafted ones (all accepted with
         probability `prefix`) are expected to gain over their cost, in tokens, before any
         confidence is seen (each accepted with the first-token acceptance), for `rows`
-        rows drafting together at rate max(rho, floor). Summed over the whole lookahead,
+        rows drafting together at rate max(rho, floor); each drafted position adds `width`
+        tokens to the target's forward (1: a block as wide as the widest row; `rows`: rows
+        packed, V counting every row's drafted tokens). Summed over the whole lookahead,
         not token by token: where verifying a second token costs far more than the next
         ones (V has a step at n = 2), the first drafted token alone never pays but a
         longer draft may."""
         accept = self.calibration.first_token_acceptance()
         cost, rho = self.costs.draft_cost(), max(self.rate, floor)
+        verify = self.costs.verify_cost
         best = total = 0.0
         for index in range(offset, self.config.max_tokens):
             prefix *= accept
-            total += rows * prefix - rho * (cost + self.verify_step(index + 1))
+            step = verify(1 + width * (index + 1)) - verify(1 + width * index)
+            total += rows * prefix - rho * (cost + step)
             best = max(best, total)
         return best
 

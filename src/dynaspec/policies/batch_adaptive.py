@@ -14,6 +14,13 @@ lookahead (`AdaptivePolicy.model_value` with the rows). With one row this is
 `AdaptivePolicy`'s rule. The estimates (calibration, costs measured on batch forwards,
 rho_B, copied tokens' acceptance, probers) are one `AdaptivePolicy`'s; each row's copies
 are planned as alone, with those estimates.
+
+Where the target adapter packs the rows (`packs_rows`: a forward costs what its N tokens
+cost, not B x the widest row's), V_B is a function of the tokens all rows draft, D: V_B(1 + D),
+with V_B(1) the forward that feeds every row one token. Then a row's next token costs
+V_B(D + 2) - V_B(D + 1) whichever row drafts it, so each row stops on its own when its
+expected gain no longer beats rho_B times that, and all stop when the rows going on do not
+repay the shared draft forward, rho_B * c.
 """
 
 from __future__ import annotations
@@ -31,10 +38,15 @@ class BatchAdaptivePolicy:
     name = "adaptive"
 
     def __init__(
-        self, rows: int, max_tokens: int = 20, config: AdaptiveConfig | None = None
+        self,
+        rows: int,
+        max_tokens: int = 20,
+        config: AdaptiveConfig | None = None,
+        packed: bool = False,
     ) -> None:
         self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
         self.shared.rate = float(max(rows, 1))  # rho_B before any measurement: the target alone
+        self.packed = packed  # the target adapter's packs_rows (module docstring)
 
     def plan(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
@@ -49,7 +61,8 @@ class BatchAdaptivePolicy:
         ]
         model = DraftPlan()
         going = sum(offer is not None for offer in options)  # rows the target alone serves
-        if ready and shared.model_value(rows=len(ready), floor=going) > 0.0:
+        width = len(ready) if self.packed else 1  # tokens a drafted position adds
+        if ready and shared.model_value(rows=len(ready), floor=going, width=width) > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
         elif ready and shared.prober.due():
             cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
@@ -73,10 +86,13 @@ class BatchAdaptivePolicy:
     def leave(self, keep: Sequence[int]) -> None:
         pass
 
-    def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper:
+    def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper | PackedStopper:
         drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}
-        going = sum(plan.total > 0 for plan in plans)
-        return JointStopper(self.shared, drafting, float(max(going, 1)))
+        going = float(max(sum(plan.total > 0 for plan in plans), 1))
+        if self.packed:
+            copied = sum(plan.copy for plan in plans if plan.model == 0)
+            return PackedStopper(self.shared, drafting, going, copied)
+        return JointStopper(self.shared, drafting, going)
 
     def update(self, rounds: Sequence[Round | None]) -> None:
         done = [record for record in rounds if record is not None]
@@ -85,7 +101,8 @@ class BatchAdaptivePolicy:
         for record in done:
             self.shared.learn_tokens(record)
         tokens = sum(record.num_accepted + 1 for record in done)
-        self.shared.learn_forwards(batch_round(done), tokens)
+        combined = packed_round(done) if self.packed else batch_round(done)
+        self.shared.learn_forwards(combined, tokens)
 
 
 class JointStopper:
@@ -115,6 +132,69 @@ class JointStopper:
         if gain <= self.shared.threshold(widest, floor=self.floor):
             return dict.fromkeys(steps, StopReason.COST)
         return {}
+
+
+class PackedStopper(JointStopper):
+    """The rows' stopper where the target packs them: each row stops when its next token's
+    expected gain no longer beats rho_B times what one more verified token costs; all stop
+    when the rows going on no longer repay the shared draft forward (module docstring)."""
+
+    def __init__(
+        self,
+        shared: AdaptivePolicy,
+        plans: dict[int, DraftPlan],
+        floor: float,
+        copied: int,
+    ) -> None:
+        super().__init__(shared, plans, floor)
+        self.copied = copied  # tokens copied by the rows that do not draft with the model
+
+    def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
+        if not steps:
+            return {}
+        shared = self.shared
+        drafted = self.copied + sum(step.index + 1 for step in steps.values())  # D
+        verify = shared.costs.verify_cost(drafted + 2) - shared.costs.verify_cost(drafted + 1)
+        rho = max(shared.rate, self.floor)
+        stopped, gain = {}, 0.0
+        for row, step in steps.items():
+            accept = shared.calibration.acceptance(step.confidence)
+            self.prefixes[row] *= accept
+            plan = self.plans[row]
+            if step.index + 1 - plan.copy >= plan.model:  # the row's plan is drafted
+                continue
+            more = self.prefixes[row] * accept - rho * verify
+            if more <= 0.0:
+                stopped[row] = StopReason.COST
+            else:
+                gain += more
+        if gain <= rho * shared.costs.draft_cost():
+            return dict.fromkeys(steps, StopReason.COST)
+        return stopped
+
+
+def packed_round(rounds: Sequence[Round]) -> Round:
+    """The batch's forwards as one round where the target packs the rows: every row's
+    drafted and verified tokens counted, so that V is learnt over 1 + the tokens all rows
+    drafted (V(1): every row fed one token), the draft's forwards as many as the row that
+    took part in all of them, the shared times."""
+    longest = max(rounds, key=lambda r: r.draft_forwards)
+    drafted = sum(r.num_drafted for r in rounds)
+    return Round(
+        plan=DraftPlan(model=longest.plan.model, probe=any(r.plan.probe for r in rounds)),
+        stop_reason=StopReason.MAX,
+        num_drafted=drafted,
+        num_copied=sum(r.num_copied for r in rounds),
+        num_accepted=sum(r.num_accepted for r in rounds),
+        num_emitted=sum(r.num_emitted for r in rounds),
+        num_verified=sum(r.num_verified for r in rounds) - len(rounds) + 1,
+        agreement=0,
+        catchup=max(r.catchup for r in rounds),
+        draft_forwards=longest.draft_forwards,
+        confidences=(),
+        draft_time_s=longest.draft_time_s,
+        target_time_s=rounds[0].target_time_s,
+    )
 
 
 def batch_round(rounds: Sequence[Round]) -> Round:
