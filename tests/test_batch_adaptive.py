@@ -86,13 +86,18 @@ def test_the_batch_drafts_when_the_rows_first_tokens_pay_together() -> None:
     assert [p.model for p in policy.plan(offers, [50, 50, 0])] == [0, 0, 0]
 
 
-def test_the_batch_round_is_as_wide_as_its_widest_row() -> None:
-    rows = [
+def three_rows() -> list:
+    """A batch round's records: a row that drafted 3 with the model, one that drafted 1,
+    one that copied 2 (no draft forwards)."""
+    return [
         make_round(3, 1, (0.9,) * 3, 0.3, 0.5, 4, 3, 1),
         make_round(1, 1, (0.9,), 0.1, 0.5, 2, 1, 1),
         make_round(2, 2, (1.0, 1.0), 0.0, 0.5, 3, 0, 0, num_copied=2),
     ]
-    merged = batch_round(rows)
+
+
+def test_the_batch_round_is_as_wide_as_its_widest_row() -> None:
+    merged = batch_round(three_rows())
     assert (merged.num_verified, merged.num_drafted, merged.draft_forwards) == (4, 3, 3)
     assert (merged.draft_time_s, merged.target_time_s, merged.num_model) == (0.3, 0.5, 3)
 
@@ -127,12 +132,7 @@ def test_packed_rows_stop_one_by_one_and_together_for_the_draft() -> None:
 
 
 def test_the_packed_round_counts_every_rows_tokens() -> None:
-    rows = [
-        make_round(3, 1, (0.9,) * 3, 0.3, 0.5, 4, 3, 1),
-        make_round(1, 1, (0.9,), 0.1, 0.5, 2, 1, 1),
-        make_round(2, 2, (1.0, 1.0), 0.0, 0.5, 3, 0, 0, num_copied=2),
-    ]
-    merged = packed_round(rows)
+    merged = packed_round(three_rows())
     # V is learnt at 1 + the 6 tokens drafted by all rows; the draft's forwards are the
     # longest row's
     assert (merged.num_verified, merged.num_drafted, merged.draft_forwards) == (7, 6, 3)
