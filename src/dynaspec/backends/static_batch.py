@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -144,7 +145,7 @@ class StaticBatchAdapter:
         )  # (B, W, H), or (1, N, H) packed
         counts = [min(int(k), n) for k, n in zip(num_logits, sizes, strict=True)]
         if packing is not None:
-            ends = torch.tensor(sizes).cumsum(0).tolist()
+            ends = list(accumulate(sizes))  # where each row's tokens end in the packed N
             picked = [hidden[0, end - k : end] for end, k in zip(ends, counts, strict=True)]
         else:
             picked = [

@@ -154,7 +154,7 @@ class PackedStopper(JointStopper):
             return {}
         shared = self.shared
         drafted = self.copied + sum(step.index + 1 for step in steps.values())  # D
-        verify = shared.costs.verify_cost(drafted + 2) - shared.costs.verify_cost(drafted + 1)
+        verify = shared.verify_step(drafted + 1)  # V_B(D + 2) - V_B(D + 1)
         rho = max(shared.rate, self.floor)
         stopped, gain = {}, 0.0
         for row, step in steps.items():
@@ -179,11 +179,10 @@ def packed_round(rounds: Sequence[Round]) -> Round:
     drafted (V(1): every row fed one token), the draft's forwards as many as the row that
     took part in all of them, the shared times."""
     longest = max(rounds, key=lambda r: r.draft_forwards)
-    drafted = sum(r.num_drafted for r in rounds)
     return Round(
         plan=DraftPlan(model=longest.plan.model, probe=any(r.plan.probe for r in rounds)),
         stop_reason=StopReason.MAX,
-        num_drafted=drafted,
+        num_drafted=sum(r.num_drafted for r in rounds),
         num_copied=sum(r.num_copied for r in rounds),
         num_accepted=sum(r.num_accepted for r in rounds),
         num_emitted=sum(r.num_emitted for r in rounds),
