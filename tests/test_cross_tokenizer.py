@@ -22,13 +22,14 @@ permuted ids after two specials of its own.
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from typing import Any
 
 import pytest
 import torch
 from tiny_models import ScriptedModel, hf_greedy, tiny_model
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 import dynaspec
@@ -53,6 +54,7 @@ PROMPTS = (
     "naïve café — 日本語 🙂 ok",
 )
 SCHEDULES = ("adaptive", "constant", "dynamic")
+MARKER = "<|im_start|>"
 NEW_TOKENS = 40
 
 
@@ -125,7 +127,22 @@ def bytes_tokenizer() -> PreTrainedTokenizerFast:
     return byte_tokenizer()
 
 
-TOKENIZERS = {"bytes": bytes_tokenizer, "bpe": bpe_tokenizer, "metaspace": metaspace_tokenizer}
+@cache
+def chat_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level BPE with a chat marker added as a special token that, as Qwen's
+    `<|im_start|>` under transformers 5, is not in `all_special_ids`."""
+    tok = copy.deepcopy(bpe_tokenizer())
+    tok.add_tokens([AddedToken(MARKER, special=True)])
+    assert tok.convert_tokens_to_ids(MARKER) not in tok.all_special_ids
+    return tok
+
+
+TOKENIZERS = {
+    "bytes": bytes_tokenizer,
+    "bpe": bpe_tokenizer,
+    "metaspace": metaspace_tokenizer,
+    "chat": chat_tokenizer,
+}
 
 
 def tokenizer(name: str) -> PreTrainedTokenizerFast:
@@ -291,13 +308,19 @@ STORY_PAIRS = [
 
 
 def story_run(
-    target_name: str, draft_name: str, story_text: str, room: int = 5, **kwargs: Any
+    target_name: str,
+    draft_name: str,
+    story_text: str,
+    room: int = 5,
+    opening: str = PROMPTS[0],
+    **kwargs: Any,
 ) -> tuple[Any, Any, int]:
-    """The story told by the target alone and with the draft that knows it (`room` more
-    new tokens allowed than it takes), and the story's length in target tokens."""
+    """The story told after `opening` by the target alone and with the draft that knows it
+    (`room` more new tokens allowed than it takes), and the story's length in target
+    tokens."""
     target_tok, draft_tok = tokenizer(target_name), tokenizer(draft_name)
-    prompt = target_tok(PROMPTS[0]).input_ids
-    full = target_tok(PROMPTS[0] + story_text).input_ids
+    prompt = target_tok(opening).input_ids
+    full = target_tok(opening + story_text).input_ids
     assert full[: len(prompt)] == prompt
     story = full[len(prompt) :]
     text = target_tok.decode(full, skip_special_tokens=True)
@@ -354,6 +377,23 @@ def test_the_drafts_eos_after_complete_text_is_proposed_as_the_targets(
     (round_,) = out.stats.rounds  # one round: the whole story and the EOS, all accepted
     assert round_.stop_reason == "eos"
     assert round_.num_drafted == round_.num_accepted == length + 1
+
+
+def test_a_chat_marker_outside_all_special_ids_is_skipped_as_special() -> None:
+    """The committed tail re-encoded with the drafted text starts after the marker: the
+    marker decodes to nothing and would not re-encode to itself, so a window over it (a
+    chat prompt's end) once proposed nothing, and the rule gave the draft up."""
+    alone, out, length = story_run(
+        "chat",
+        "bpe",
+        " Once upon a time there was a tokenizer.",
+        opening=PROMPTS[0] + MARKER,
+        num_assistant_tokens=8,
+        num_assistant_tokens_schedule="constant",
+    )
+    assert out.sequences.tolist() == alone.sequences.tolist()
+    assert out.stats.rounds[0].num_drafted > 0  # the round right after the marker drafts
+    assert sum(r.num_accepted for r in out.stats.rounds) >= 0.5 * length
 
 
 # ---------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, St
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
 from dynaspec.core.validation import check_finite
+from dynaspec.drafters.shared_vocab import special_ids
 from dynaspec.errors import UnsupportedOptionError
 
 CONTEXT = 4  # tokens decoded before new ones: a first token may decode without its space
@@ -230,7 +231,7 @@ class CrossTokenizerDrafter:
         self.target_tokenizer = target_tokenizer
         self.draft_tokenizer = draft_tokenizer
         self.draft_eos = frozenset(draft_eos)
-        self.target_special = frozenset(getattr(target_tokenizer, "all_special_ids", ()))
+        self.target_special = special_ids(target_tokenizer)
         self.head = special_prefix(draft_tokenizer)
         # Logit rows the draft may choose: its tokenizer's tokens (the rest pad the matrix).
         self.rows = min(len(draft_tokenizer), model.vocab_size or len(draft_tokenizer))

@@ -61,13 +61,21 @@ class SharedVocabulary:
         )
 
 
+def special_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's special tokens: its named ones (`all_special_ids`) and every added
+    token marked special (transformers 5 leaves chat markers such as Qwen's `<|im_start|>`
+    out of `all_special_ids`)."""
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special |= {i for i, added in decoder.items() if getattr(added, "special", False)}
+    return frozenset(special)
+
+
 @lru_cache(maxsize=_KEPT)
 def token_texts(tokenizer: Any) -> dict[str, int]:
     """Each ordinary token's text, as it reads inside a text -> its lowest id (kept for the
     last few tokenizers; callers must not change it)."""
-    special = set(getattr(tokenizer, "all_special_ids", ()))
-    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    special |= {i for i, added in decoder.items() if getattr(added, "special", False)}
+    special = special_ids(tokenizer)
     anchor = list(tokenizer.encode("a", add_special_tokens=False))
     ids = [i for i in range(len(tokenizer)) if i not in special]
     base = _decode(tokenizer, [anchor])[0]

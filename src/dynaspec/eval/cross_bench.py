@@ -14,9 +14,10 @@ one untimed warm-up each; the order of the methods turns from prompt to prompt. 
                            its default dynamic schedule
     eager-target           with --static: dynaspec, the transformers target alone
 
-With `--static` dynaspec's methods run on the static target (float32 or bf16 weights
-prepacked for oneDNN, docs/fast-path.md), its own output; transformers' on the transformers
-model, as its users run it.
+With `--static` dynaspec's methods run on the static target and draft (float32 or bf16
+weights prepacked for oneDNN, docs/fast-path.md; `--draft-quantize int8` the draft's in
+int8), the target's own output; transformers' on the transformers models, as its users run
+them.
 
 Each speculative output is compared with the target alone's (greedy, so equal unless a
 near-tie of the target's logits); the draft's cost per proposed target token is given in
@@ -64,12 +65,18 @@ class Pair:
     """The loaded target and draft, their tokenizers, and how one method runs on them."""
 
     def __init__(
-        self, target: Any, draft: Any, tokenizers: tuple[Any, Any], fast_target: Any = None
+        self,
+        target: Any,
+        draft: Any,
+        tokenizers: tuple[Any, Any],
+        fast_target: Any = None,
+        fast_draft: Any = None,
     ) -> None:
         from dynaspec.eval.hf_peer import HFPeer
 
         self.target, self.draft, self.tokenizers = target, draft, tokenizers
-        self.fast_target = fast_target  # dynaspec's methods run on it, when given
+        self.fast_target = fast_target  # dynaspec's methods run on them, when given
+        self.fast_draft = fast_draft
         self.peer = HFPeer(target, draft)
 
     def run(self, method: str, ids: torch.Tensor, new_tokens: int) -> dict[str, Any]:
@@ -85,7 +92,7 @@ class Pair:
             target = self.target
         elif method != "target":
             how, schedule = method.split("-")
-            draft = self.draft
+            draft = self.draft if self.fast_draft is None else self.fast_draft
             options.update(SCHEDULES[schedule], cross_tokenizer=how)
             options.update(tokenizer=self.tokenizers[0], assistant_tokenizer=self.tokenizers[1])
         start = perf_counter()
@@ -135,8 +142,12 @@ def load(args: argparse.Namespace) -> Pair:
 
     target, tokenizer = load_model(args.target, dtype=args.dtype)
     draft, draft_tokenizer = load_model(args.draft, dtype=args.dtype)
-    fast = load_model(args.target, dtype=args.dtype, static=True)[0] if args.static else None
-    return Pair(target, draft, (tokenizer, draft_tokenizer), fast)
+    if not args.static:
+        return Pair(target, draft, (tokenizer, draft_tokenizer))
+    fast = load_model(args.target, dtype=args.dtype, static=True)[0]
+    quantize = None if args.draft_quantize == "none" else args.draft_quantize
+    fast_draft = load_model(args.draft, dtype=args.dtype, static=True, quantize=quantize)[0]
+    return Pair(target, draft, (tokenizer, draft_tokenizer), fast, fast_draft)
 
 
 def prompts(args: argparse.Namespace, tokenizer: Any) -> list[tuple[str, torch.Tensor]]:
@@ -261,7 +272,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=2, help="prompts per task")
     parser.add_argument("--seed", type=int, default=1, help="prompt sample seed (1: held out)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--static", action="store_true", help="dynaspec on the static target")
+    parser.add_argument(
+        "--static", action="store_true", help="dynaspec on the static target and draft"
+    )
+    parser.add_argument(
+        "--draft-quantize",
+        choices=("none", "int8", "int4"),
+        default="none",
+        help="with --static: dynaspec's draft weights in int8 or int4",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--out", required=True, help="folder for the record and table")
     args = parser.parse_args(argv)
