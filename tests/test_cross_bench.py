@@ -26,6 +26,17 @@ def test_every_method_runs_and_keeps_the_targets_output() -> None:
     assert summary["target"]["x_target"] == 1.0
     assert summary["hf-uag"]["x_hf_uag"] == 1.0
     assert "| intersection-dynamic |" in cross_bench.table(summary)
+    cross_bench.classify(pair, rows, items)
+    assert not any("divergence" in r for r in rows)  # equal outputs: nothing to classify
+
+    # An output changed at its fourth token: classified there, and not a tie (float32).
+    wrong = next(r for r in rows if r["method"] == "string-adaptive")
+    wrong["tokens"] = [*wrong["tokens"][:3], (wrong["tokens"][3] + 1) % 256, *wrong["tokens"][4:]]
+    cross_bench.classify(pair, rows, items)
+    assert wrong["divergence"]["position"] == 3
+    assert wrong["divergence"]["kind"] == "BUG"
+    summary = cross_bench.summarize(rows)
+    assert "1/2 (0 tie, 1 BUG)" in cross_bench.table(summary)
 
 
 def test_the_summary_reads_its_rows() -> None:

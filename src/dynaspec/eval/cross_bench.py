@@ -20,7 +20,8 @@ int8), the target's own output; transformers' on the transformers models, as its
 them.
 
 Each speculative output is compared with the target alone's (greedy, so equal unless a
-near-tie of the target's logits); the draft's cost per proposed target token is given in
+near-tie of the target's logits) and each difference classified, a tie or a bug
+(eval/mismatch.py); the draft's cost per proposed target token is given in
 target steps (the target alone's seconds per token on the same prompt).
 
     python -m dynaspec.eval.cross_bench --target qwen2.5-coder-1.5b --draft smollm2-135m \\
@@ -138,6 +139,7 @@ class Pair:
 
 
 def load(args: argparse.Namespace) -> Pair:
+    from dynaspec.errors import UnsupportedModelError
     from dynaspec.models.loading import load_model
 
     target, tokenizer = load_model(args.target, dtype=args.dtype)
@@ -146,7 +148,11 @@ def load(args: argparse.Namespace) -> Pair:
         return Pair(target, draft, (tokenizer, draft_tokenizer))
     fast = load_model(args.target, dtype=args.dtype, static=True)[0]
     quantize = None if args.draft_quantize == "none" else args.draft_quantize
-    fast_draft = load_model(args.draft, dtype=args.dtype, static=True, quantize=quantize)[0]
+    try:
+        fast_draft = load_model(args.draft, dtype=args.dtype, static=True, quantize=quantize)[0]
+    except UnsupportedModelError as error:  # e.g. sliding-window attention: transformers'
+        print(f"cross bench: the draft runs as a transformers model: {error}", file=sys.stderr)
+        fast_draft = None
     return Pair(target, draft, (tokenizer, draft_tokenizer), fast, fast_draft)
 
 
@@ -183,6 +189,23 @@ def run_all(pair: Pair, items: list[tuple[str, torch.Tensor]], args: argparse.Na
     return rows
 
 
+def classify(pair: Pair, rows: list[dict[str, Any]], items: list[tuple[str, torch.Tensor]]) -> None:
+    """Each output that differs from the target alone's gets `divergence`: where, and whether
+    the target's top two logits there are a tie in its dtype or not (eval/mismatch.py), by
+    the target that decoded the reference (the static one with --static)."""
+    from dynaspec.eval.mismatch import classify_mismatch
+
+    reference = pair.target if pair.fast_target is None else pair.fast_target
+    base = {r["prompt"]: r["tokens"] for r in rows if r["method"] == "target"}
+    ids = dict(items)
+    for row in rows:
+        alone = base.get(row["prompt"])
+        if alone is None or row["tokens"] == alone:
+            continue
+        found = classify_mismatch(reference, ids[row["prompt"]], alone, row["tokens"])
+        row["divergence"] = {"position": found.position, "kind": found.kind, "steps": found.steps}
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per method: median speedup over the target alone (per prompt), over hf-uag, outputs
     equal to the target's, acceptance, draft cost per proposed token in target steps."""
@@ -200,6 +223,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "x_target": _median_ratio(mine, base),
             "x_hf_uag": _median_ratio(mine, peer),
             "equal": sum(b is not None and r["tokens"] == b["tokens"] for r, b in pairs),
+            "ties": sum(r.get("divergence", {}).get("kind") == "tie" for r in mine),
+            "bugs": sum(r.get("divergence", {}).get("kind") == "BUG" for r in mine),
             "prompts": len(mine),
             "acceptance": _acceptance(mine),
             "draft_steps_per_token": _draft_steps(mine, base),
@@ -253,9 +278,16 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| {method} | {s['tok_per_s']:.2f} | {_fmt(s['x_target'])} | {_fmt(s['x_hf_uag'])} "
             f"| {_fmt(s['acceptance'])} | {_fmt(s['draft_steps_per_token'])} "
-            f"| {s['equal']}/{s['prompts']} | {tasks} |"
+            f"| {s['equal']}/{s['prompts']}{_differ(s)} | {tasks} |"
         )
     return "\n".join(lines)
+
+
+def _differ(summary: dict[str, Any]) -> str:
+    """' (1 tie, 0 BUG)' after the equal count, when any output differs."""
+    if summary["equal"] == summary["prompts"]:
+        return ""
+    return f" ({summary['ties']} tie, {summary['bugs']} BUG)"
 
 
 def _fmt(value: float | None) -> str:
@@ -303,7 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = {**vars(args), "argv": list(sys.argv if argv is None else argv)}
     config.update(versions=library_versions(), machine=machine_info(), git=git_state())
     pair = load(args)
-    rows = run_all(pair, prompts(args, pair.tokenizers[0]), args)
+    items = prompts(args, pair.tokenizers[0])
+    rows = run_all(pair, items, args)
+    classify(pair, rows, items)
     summary = summarize(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
