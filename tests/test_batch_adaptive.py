@@ -5,6 +5,7 @@ against the batch's cost and the rows stop together."""
 from __future__ import annotations
 
 import json
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,45 @@ def test_packed_the_batch_drafts_when_every_drafted_position_pays_for_its_rows()
     assert [p.model for p in policy.plan(offers, [50, 50])] == [20, 20]
     policy.shared.calibration.first_accepted, policy.shared.calibration.first_total = 0.0, 40.0
     assert [p.model for p in policy.plan(offers, [50, 50])] == [0, 0]
+
+
+def test_each_batch_size_keeps_its_own_costs_and_rho_scales_with_the_rows() -> None:
+    # Measured at 4 rows: a draft forward of 0.1 s against a 0.2 s step (c = 0.5), a
+    # prefill at 2 ms per token, rho_B = 6 tokens per batch step.
+    policy = BatchAdaptivePolicy(rows=4, max_tokens=20, packed=True)
+    four = policy.shared.costs
+    four.draft_costs.append(0.1)
+    four.verify_times[1] = deque([0.2])
+    four.prefill_costs.append(0.002)
+    policy.shared.rate = 6.0
+    assert four.draft_cost() == pytest.approx(0.5)
+    # Two rows end: the draft's cost over 2 rows is not the one over 4, so the 2-row batch
+    # starts from the prior (0.25), keeps the per-token prefill time, rho_B halves.
+    policy.plan([DraftOptions(1), DraftOptions(1), None, None], [50, 50, 0, 0])
+    two = policy.shared.costs
+    assert two is not four
+    assert two.draft_cost() == pytest.approx(0.25)
+    assert list(two.prefill_costs) == [0.002]
+    assert policy.shared.rate == pytest.approx(3.0)
+    # Back at 4 rows (continuous batching: two join), the 4-row costs are found again.
+    policy.plan([DraftOptions(1)] * 4, [50] * 4)
+    assert policy.shared.costs is four
+    assert policy.shared.rate == pytest.approx(6.0)
+
+
+def test_lagging_rows_start_together_when_the_tokens_left_repay_all_their_catch_ups() -> None:
+    policy = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
+    asked = []
+
+    def worth_starting(catchup: int, remaining: int) -> bool:
+        asked.append((catchup, remaining))
+        return answer
+
+    policy.shared.worth_starting = worth_starting  # type: ignore[method-assign]
+    offers = [DraftOptions(2), DraftOptions(101), DraftOptions(51)]  # two rows lag
+    answer = False
+    assert policy.ready(offers, [60, 70, 80]) == [0]  # the row in step drafts alone
+    # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting.
+    assert asked == [(1 + 100 + 50, 80)]
+    answer = True
+    assert policy.ready(offers, [60, 70, 80]) == [0, 1, 2]

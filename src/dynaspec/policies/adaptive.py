@@ -64,15 +64,20 @@ class AdaptivePolicy:
     # ---- protocol ---------------------------------------------------------------------
     def reset(self) -> None:
         cfg = self.config
-        self.costs = CostModel(
-            cfg.prior_draft_cost, cfg.prior_verify_slope, cfg.window, cfg.min_prefill_tokens
-        )
+        self.costs = self.new_costs()
         self.calibration = Calibration(
             cfg.calibration_bins, cfg.prior_weight, cfg.prior_first_acceptance
         )
         self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
         self.prober = Prober(cfg.probe_interval, cfg.max_probe_interval)  # the draft model's
         self.lookup = LookupAcceptance()  # acceptance of copied tokens, and its prober
+
+    def new_costs(self) -> CostModel:
+        """A cost model holding the priors only."""
+        cfg = self.config
+        return CostModel(
+            cfg.prior_draft_cost, cfg.prior_verify_slope, cfg.window, cfg.min_prefill_tokens
+        )
 
     def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
         """The model's own rule; with a lookup match, the choice of sources (source_plan)."""

@@ -21,6 +21,15 @@ with V_B(1) the forward that feeds every row one token. Then a row's next token 
 V_B(D + 2) - V_B(D + 1) whichever row drafts it, so each row stops on its own when its
 expected gain no longer beats rho_B times that, and all stop when the rows going on do not
 repay the shared draft forward, rho_B * c.
+
+Batch sizes. A batched forward's time depends on the rows in it (a draft forward over 8
+rows cost half a target step where one over 2 costs a sixth, measured on an AVX512 CPU), and
+rows end at different rounds, so each number of rows going keeps its own cost model; the
+first time the batch has a size, that model starts from the priors and the per-token times
+of prefills and catch-ups measured so far, and rho_B is scaled with the rows. The calibration
+and the copied tokens' acceptance are the rows' and stay shared. A row that lags its draft
+(it did not draft for some rounds) makes the draft read its catch-up; lagging rows start
+together when the tokens left repay all their catch-ups summed.
 """
 
 from __future__ import annotations
@@ -45,22 +54,33 @@ class BatchAdaptivePolicy:
         packed: bool = False,
     ) -> None:
         self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
-        self.shared.rate = float(max(rows, 1))  # rho_B before any measurement: the target alone
+        self.rows = max(rows, 1)  # the rows going: the batch size the estimates stand for
+        self.shared.rate = float(self.rows)  # rho_B before any measurement: the target alone
         self.packed = packed  # the target adapter's packs_rows (module docstring)
+        self.costs = {self.rows: self.shared.costs}  # each batch size's own cost model
+
+    def resize(self, going: int) -> None:
+        """The estimates for a batch of `going` rows (module docstring, "Batch sizes"): that
+        size's own cost model (a new one, with the per-token times measured so far, for a
+        size not seen yet), and rho_B scaled with the rows."""
+        if going < 1 or going == self.rows:
+            return
+        shared = self.shared
+        shared.rate *= going / self.rows
+        if going not in self.costs:
+            self.costs[going] = shared.new_costs()
+            self.costs[going].take_token_costs(shared.costs)
+        shared.costs = self.costs[going]
+        self.rows = going
 
     def plan(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
     ) -> list[DraftPlan]:
         shared = self.shared
-        ready = [
-            row
-            for row, offer in enumerate(options)
-            if offer is not None
-            and offer.catchup is not None
-            and shared.worth_starting(offer.catchup, remaining[row])
-        ]
-        model = DraftPlan()
         going = sum(offer is not None for offer in options)  # rows the target alone serves
+        self.resize(going)
+        ready = self.ready(options, remaining)
+        model = DraftPlan()
         width = len(ready) if self.packed else 1  # tokens a drafted position adds
         if ready and shared.model_value(rows=len(ready), floor=going, width=width) > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
@@ -79,6 +99,23 @@ class BatchAdaptivePolicy:
             else:
                 plans.append(alone)
         return plans
+
+    def ready(self, options: Sequence[DraftOptions | None], remaining: Sequence[int]) -> list[int]:
+        """The rows whose draft may run this round: those in step with it, and the lagging
+        ones too when feeding all of them at once (their catch-ups summed: the draft reads
+        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`)."""
+        rows = [
+            row
+            for row, offer in enumerate(options)
+            if offer is not None and offer.catchup is not None
+        ]
+        lagging = [row for row in rows if options[row].catchup > 2]  # type: ignore[union-attr]
+        if not lagging:
+            return rows
+        catchup = 1 + sum(options[row].catchup - 1 for row in lagging)  # type: ignore[union-attr]
+        if self.shared.worth_starting(catchup, max(remaining[row] for row in lagging)):
+            return rows
+        return [row for row in rows if row not in lagging]
 
     def join(self) -> None:
         pass  # the estimates are the batch's: a row that joins uses them as they stand

@@ -43,6 +43,13 @@ class CostModel:
         self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
         self._line: tuple[float, float] | None = None  # cached V(n) fit, None when stale
 
+    def take_token_costs(self, other: CostModel) -> None:
+        """The per-token times of `other` (a prefill's, a catch-up's): those of a forward over
+        many tokens, which hardly depend on how many rows share it, unlike a step's."""
+        self.prefill_costs.extend(other.prefill_costs)
+        self.catchup_costs.extend(other.catchup_costs)
+        self._line = None
+
     @property
     def measured(self) -> bool:
         """Whether a target step has been timed (before that, steps are 1.0 s)."""
