@@ -184,6 +184,13 @@ def test_lagging_rows_start_together_when_the_tokens_left_repay_all_their_catch_
 
     policy.shared.worth_starting = worth_starting  # type: ignore[method-assign]
     offers = [DraftOptions(2), DraftOptions(101), DraftOptions(51)]  # two rows lag
+    answer = True
+    # Two steps timed: one may have been cold (twice the usual time), which would halve
+    # the catch-ups' price: the lagging rows wait for the third.
+    policy.shared.costs.verify_times[1] = deque([0.4, 0.2])
+    assert policy.ready(offers, [60, 70, 80]) == [0]
+    assert asked == []
+    policy.shared.costs.verify_times[1].append(0.2)
     answer = False
     assert policy.ready(offers, [60, 70, 80]) == [0]  # the row in step drafts alone
     # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting.

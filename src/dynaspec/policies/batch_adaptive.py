@@ -29,7 +29,8 @@ first time the batch has a size, that model starts from the priors and the per-t
 of prefills and catch-ups measured so far, and rho_B is scaled with the rows. The calibration
 and the copied tokens' acceptance are the rows' and stay shared. A row that lags its draft
 (it did not draft for some rounds) makes the draft read its catch-up; lagging rows start
-together when the tokens left repay all their catch-ups summed.
+together when the tokens left repay all their catch-ups summed, and not before the batch's
+step has been timed SETTLE_STEPS times (one cold step would halve the price of all of them).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from collections.abc import Sequence
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
 from dynaspec.policies.adaptive import AdaptiveConfig, AdaptivePolicy
 from dynaspec.policies.source_plan import plan_with_copy
+
+SETTLE_STEPS = 3  # plain batch steps timed before lagging rows of a batch may start:
+#                   the first one after a prefill can run at twice the usual time (measured:
+#                   0.40 s against 0.19 s over 8 rows, after another model had run), and a
+#                   step that slow halves every catch-up's price in steps
 
 
 class BatchAdaptivePolicy:
@@ -103,7 +109,8 @@ class BatchAdaptivePolicy:
     def ready(self, options: Sequence[DraftOptions | None], remaining: Sequence[int]) -> list[int]:
         """The rows whose draft may run this round: those in step with it, and the lagging
         ones too when feeding all of them at once (their catch-ups summed: the draft reads
-        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`)."""
+        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`), priced
+        on SETTLE_STEPS timed steps at least where the batch has more than one row."""
         rows = [
             row
             for row, offer in enumerate(options)
@@ -112,6 +119,8 @@ class BatchAdaptivePolicy:
         lagging = [row for row in rows if options[row].catchup > 2]  # type: ignore[union-attr]
         if not lagging:
             return rows
+        if len(rows) > 1 and len(self.shared.costs.verify_times.get(1, ())) < SETTLE_STEPS:
+            return [row for row in rows if row not in lagging]  # the step not settled yet
         catchup = 1 + sum(options[row].catchup - 1 for row in lagging)  # type: ignore[union-attr]
         if self.shared.worth_starting(catchup, max(remaining[row] for row in lagging)):
             return rows
