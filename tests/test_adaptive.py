@@ -111,6 +111,20 @@ def test_a_step_in_the_verification_cost_is_not_taken_for_a_dear_target_step() -
     assert policy.model_value() == 0.0 and policy.max_lookahead() == 0
 
 
+def test_two_noisy_wide_forwards_are_fitted_through_the_timed_step() -> None:
+    # Logged at batch 4 (AVX512-BF16, bf16): steps of 0.17 s, then forwards over 13 and 17
+    # tokens of 0.22 and 0.30 s. The line through those two reaches n = 1 below 0; its old
+    # fallback (the points' mean at n = 1) made verifying 2 tokens cost 1.65 steps, and
+    # the rule never drafted again. Through the timed step: about 0.006 steps a token.
+    policy = AdaptivePolicy(max_tokens=20)
+    for seconds in (0.17, 0.1675, 0.1702):
+        policy.update(make_round(0, 0, (), 0.0, seconds, 1))
+    policy.update(make_round(12, 9, (0.9,) * 12, 0.4, 0.22, draft_forwards=12, catchup=1))
+    policy.update(make_round(16, 8, (0.9,) * 16, 0.5, 0.30, draft_forwards=16, catchup=1))
+    assert policy.costs.verify_cost(2) == pytest.approx(1.0, abs=0.05)
+    assert policy.costs.verify_cost(17) == pytest.approx(0.30 / 0.17, rel=0.1)
+
+
 def test_a_long_draft_may_pay_where_its_first_token_alone_does_not() -> None:
     # Verifying 2 tokens costs 2 steps, each further token 0.01: the first drafted token
     # (gain 0.9) never repays the step, ten of them at 0.9 each do (gain 5.9 > 10 x 0.05

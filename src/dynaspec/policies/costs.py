@@ -158,7 +158,7 @@ class CostModel:
         points = [point for point in points if point[0] > 1]
         if not points:
             return (1.0, 1.0, self.prior_verify_slope) if step is None else (step, step, slope)
-        base, slope = _line(points, slope, self.prior_verify_slope)
+        base, slope = _line(points, slope, self.prior_verify_slope, step)
         if step is None:
             return base, base, slope
         # A forward over several tokens costs at least one over 1: a slow single-token
@@ -167,11 +167,16 @@ class CostModel:
 
 
 def _line(
-    points: list[tuple[int, float, int]], slope: float | None, prior_slope: float
+    points: list[tuple[int, float, int]],
+    slope: float | None,
+    prior_slope: float,
+    anchor: float | None = None,
 ) -> tuple[float, float]:
     """(value at n = 1, slope) of the weighted least-squares line through (n, seconds,
     weight); through one point, with the `slope` known so far (seconds per token), else
-    the prior slope (in steps of the line's own n = 1)."""
+    the prior slope (in steps of the line's own n = 1). Where the line would reach n = 1 at
+    or below 0 (a few noisy points far from n = 1), it is fitted through (1, `anchor`), the
+    single step, when one is timed."""
     if len(points) == 1:
         n, median, _ = points[0]
         if slope is None:
@@ -185,6 +190,10 @@ def _line(
     cov = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points)
     slope = max(cov / var, 0.0)
     intercept = mean_t - slope * (mean_n - 1)
-    if intercept <= 0:  # degenerate noise: fall back to the mean
-        intercept = mean_t
-    return intercept, slope
+    if intercept > 0:
+        return intercept, slope
+    if anchor is not None:  # through the timed step: what a forward over one token costs
+        rise = sum(w * (n - 1) * (t - anchor) for n, t, w in points)
+        run = sum(w * (n - 1) ** 2 for n, _, w in points)
+        return anchor, max(rise / run, 0.0)
+    return mean_t, slope  # degenerate noise and no step: fall back to the mean
