@@ -116,15 +116,15 @@ class BatchAdaptivePolicy:
             for row, offer in enumerate(options)
             if offer is not None and offer.catchup is not None
         ]
-        lagging = [row for row in rows if options[row].catchup > 2]  # type: ignore[union-attr]
+        in_step = [row for row in rows if options[row].catchup <= 2]  # type: ignore[union-attr]
+        lagging = [row for row in rows if row not in in_step]
         if not lagging:
             return rows
-        if len(rows) > 1 and len(self.shared.costs.verify_times.get(1, ())) < SETTLE_STEPS:
-            return [row for row in rows if row not in lagging]  # the step not settled yet
+        if len(rows) > 1 and self.shared.costs.steps_timed < SETTLE_STEPS:
+            return in_step  # the step not settled yet
         catchup = 1 + sum(options[row].catchup - 1 for row in lagging)  # type: ignore[union-attr]
-        if self.shared.worth_starting(catchup, max(remaining[row] for row in lagging)):
-            return rows
-        return [row for row in rows if row not in lagging]
+        worth = self.shared.worth_starting(catchup, max(remaining[row] for row in lagging))
+        return rows if worth else in_step
 
     def join(self) -> None:
         pass  # the estimates are the batch's: a row that joins uses them as they stand

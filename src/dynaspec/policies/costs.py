@@ -56,6 +56,11 @@ class CostModel:
         return bool(self.verify_times)
 
     @property
+    def steps_timed(self) -> int:
+        """Single-token target steps timed in the window."""
+        return len(self.verify_times.get(1, ()))
+
+    @property
     def slope_measured(self) -> bool:
         """Whether a target forward over several tokens (without a catch-up) has been timed;
         until then V's slope is the prefill's time per token, or the prior."""
