@@ -178,8 +178,8 @@ def test_lagging_rows_start_together_when_the_tokens_left_repay_all_their_catch_
     policy = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
     asked = []
 
-    def worth_starting(catchup: int, remaining: int) -> bool:
-        asked.append((catchup, remaining))
+    def worth_starting(catchup: int, remaining: int, width: int) -> bool:
+        asked.append((catchup, remaining, width))
         return answer
 
     policy.shared.worth_starting = worth_starting  # type: ignore[method-assign]
@@ -193,7 +193,50 @@ def test_lagging_rows_start_together_when_the_tokens_left_repay_all_their_catch_
     policy.shared.costs.verify_times[1].append(0.2)
     answer = False
     assert policy.ready(offers, [60, 70, 80]) == [0]  # the row in step drafts alone
-    # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting.
-    assert asked == [(1 + 100 + 50, 80)]
+    # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting,
+    # and the target verifies the drafts of all 3 rows packed.
+    assert asked == [(1 + 100 + 50, 80, 3)]
     answer = True
     assert policy.ready(offers, [60, 70, 80]) == [0, 1, 2]
+
+
+def test_in_a_fixed_batch_a_row_ahead_is_worth_its_share_of_the_tokens_left() -> None:
+    # The call ends with its longest row: row 1, 25 tokens from its end where row 0 has 100
+    # left, will be done long before; an ended row is worth nothing.
+    offers, left = [DraftOptions(1), DraftOptions(1), None], [100, 25, 0]
+    fixed = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True, fixed=True)
+    assert fixed.worths(offers, left) == [1.0, 0.25, 0.0]
+    assert [plan.worth for plan in fixed.plan(offers, left)] == [1.0, 0.25, 0.0]
+    # Where rows join (serving), a token is a token whichever row yields it.
+    joining = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
+    assert joining.worths(offers, left) == [1.0, 1.0, 0.0]
+
+
+def test_a_row_ahead_stops_drafting_where_the_last_row_goes_on() -> None:
+    # Fresh priors as above, packed. Every row worth 1: rho_w = 2, a row's next token costs
+    # 2 x 0.05 = 0.10 to verify, and row 1 at 0.45 goes on (0.2025 > 0.10).
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, packed=True, fixed=True)
+    even = [DraftPlan(model=20), DraftPlan(model=20)]
+    assert policy.stopper(even).stop({0: step(0, 0.95), 1: step(0, 0.45)}) == {}
+    # Row 1 worth 0.25 (it will end first): rho_w = 1.25, 0.25 x 0.2025 <= 1.25 x 0.05,
+    # so it stops and row 0 drafts on alone.
+    ahead = [DraftPlan(model=20), DraftPlan(model=20, worth=0.25)]
+    assert policy.stopper(ahead).stop({0: step(0, 0.95), 1: step(0, 0.45)}) == {1: "cost"}
+
+
+def test_a_packed_batch_starts_its_draft_on_the_verification_of_every_rows_drafts() -> None:
+    # 4 packed rows lag by 40 tokens each; a draft forward costs 0.2 steps, a verified token
+    # 0.1 step, a catch-up token 0.02 steps (156 beyond the usual one: 3.12 steps), a_1 =
+    # 0.8. Verified one row at a time, 3 drafted tokens a round would yield 1.55 tokens a
+    # step and save 7.1 steps of the 20 left, twice the catch-up; with the target verifying
+    # all 4 rows' drafts (a drafted position costs 4 tokens) the best is 1.13: 2.2 steps.
+    policy = BatchAdaptivePolicy(rows=4, max_tokens=20, packed=True, fixed=True)
+    costs = policy.shared.costs
+    costs.verify_times[1] = deque([0.2] * 3)
+    costs.verify_times[5] = deque([0.2 + 4 * 0.02])
+    costs.verify_times[9] = deque([0.2 + 8 * 0.02])
+    costs.draft_costs.append(0.04)
+    costs.catchup_costs.append(0.004)
+    assert policy.shared.worth_starting(157, 20, width=1)
+    assert not policy.shared.worth_starting(157, 20, width=4)
+    assert policy.ready([DraftOptions(40)] * 4, [20] * 4) == []

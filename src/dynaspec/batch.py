@@ -103,7 +103,8 @@ def generate_batch(
     drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         packed = target_batch.packs_rows
-        policy = batch_policy(spec, len(rows), draft_cost_ratio(target, draft), packed)
+        cost = draft_cost_ratio(target, draft)
+        policy = batch_policy(spec, len(rows), cost, packed, fixed=True)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
     output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
@@ -111,13 +112,19 @@ def generate_batch(
 
 
 def batch_policy(
-    spec: SpecConfig, rows: int, draft_cost: float | None = None, packed: bool = False
+    spec: SpecConfig,
+    rows: int,
+    draft_cost: float | None = None,
+    packed: bool = False,
+    fixed: bool = False,
 ) -> BatchPolicy:
     """adaptive: one rule over the batch's shared forwards; the fixed schedules: a policy
     per row, each as it would be alone. `draft_cost`: make_policy's; `packed`: the target
-    adapter's `packs_rows`."""
+    adapter's `packs_rows`; `fixed`: no row joins (the call ends with its longest row)."""
     if spec.num_assistant_tokens_schedule == "adaptive":
-        policy = BatchAdaptivePolicy(rows, max_tokens=spec.num_assistant_tokens, packed=packed)
+        policy = BatchAdaptivePolicy(
+            rows, max_tokens=spec.num_assistant_tokens, packed=packed, fixed=fixed
+        )
         if draft_cost is not None:
             policy.shared.expect_draft_cost(draft_cost)
         return policy

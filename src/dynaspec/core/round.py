@@ -70,6 +70,8 @@ class DraftPlan:
     probe: bool = False  # the model drafts only to keep the policy's estimates fresh
     copy_choice: Choice | None = None  # the copy rule's choice (None: no match, or no rule)
     copy_accepted: float = 1.0  # the policy's estimate that every copied token is accepted
+    worth: float = 1.0  # in a batch, what one of the row's tokens is worth to the batch's
+    #                     time (0: the row has ended; policies/batch_adaptive.py)
 
     @property
     def total(self) -> int:

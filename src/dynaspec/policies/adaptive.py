@@ -148,33 +148,37 @@ class AdaptivePolicy:
         """The most tokens the draft model alone would draft this round (0: none)."""
         return self.model_plan(catchup, remaining).model
 
-    def threshold(self, num_drafted: int, floor: float = 1.0) -> float:
+    def threshold(self, num_drafted: int, floor: float = 1.0, rate: float | None = None) -> float:
         """rho * marginal cost (target steps) of drafting token num_drafted + 1; rho is
         never taken below `floor`, what the target alone yields per step (1 token; a batch's
-        rows: one each)."""
+        rows: one each); `rate`: the rate to weigh costs at instead of the running one (a
+        batch's weighted rate)."""
         marginal = self.costs.draft_cost() + self.costs.verify_cost(num_drafted + 2)
         marginal -= self.costs.verify_cost(num_drafted + 1)
-        return max(self.rate, floor) * marginal
+        return max(self.rate if rate is None else rate, floor) * marginal
 
     def model_value(
         self,
         prefix: float = 1.0,
         offset: int = 0,
-        rows: int = 1,
+        rows: float = 1.0,
         floor: float = 1.0,
         width: int = 1,
+        rate: float | None = None,
     ) -> float:
         """G: the most the model's tokens after `offset` drafted ones (all accepted with
         probability `prefix`) are expected to gain over their cost, in tokens, before any
         confidence is seen (each accepted with the first-token acceptance), for `rows`
-        rows drafting together at rate max(rho, floor); each drafted position adds `width`
+        rows drafting together (in a batch, their summed worth: `DraftPlan.worth`) at rate
+        max(rho, floor); each drafted position adds `width`
         tokens to the target's forward (1: a block as wide as the widest row; `rows`: rows
-        packed, V counting every row's drafted tokens). Summed over the whole lookahead,
-        not token by token: where verifying a second token costs far more than the next
-        ones (V has a step at n = 2), the first drafted token alone never pays but a
-        longer draft may."""
+        packed, V counting every row's drafted tokens); `rate` as in `threshold`. Summed
+        over the whole lookahead, not token by token: where verifying a second token costs
+        far more than the next ones (V has a step at n = 2), the first drafted token alone
+        never pays but a longer draft may."""
         accept = self.calibration.first_token_acceptance()
-        cost, rho = self.costs.draft_cost(), max(self.rate, floor)
+        cost = self.costs.draft_cost()
+        rho = max(self.rate if rate is None else rate, floor)
         verify = self.costs.verify_cost
         best = total = 0.0
         for index in range(offset, self.config.max_tokens):
@@ -188,10 +192,11 @@ class AdaptivePolicy:
         """V(k + 1) - V(k): what verifying drafted token k costs on top (target steps)."""
         return self.costs.verify_cost(num_drafted + 1) - self.costs.verify_cost(num_drafted)
 
-    def worth_starting(self, catchup: int, remaining: int | None) -> bool:
+    def worth_starting(self, catchup: int, remaining: int | None, width: int = 1) -> bool:
         """Whether the draft's catch-up (paid now) is repaid by the tokens left: expected
         savings >= start_margin * catch-up cost. A draft in step (at most one token beyond
-        the usual one to feed) always is."""
+        the usual one to feed) always is. `width`: tokens each drafted position adds to the
+        target's forward (`model_value`'s)."""
         if catchup <= 2:
             return True
         cost = self.costs.catchup_cost(catchup)
@@ -199,19 +204,20 @@ class AdaptivePolicy:
             return False
         if remaining is None:
             return True
-        savings = remaining * (1.0 - 1.0 / self.expected_rate())
+        savings = remaining * (1.0 - 1.0 / self.expected_rate(width))
         return savings >= self.config.start_margin * cost
 
-    def expected_rate(self) -> float:
+    def expected_rate(self, width: int = 1) -> float:
         """Tokens per target step expected from drafting, before any confidence is seen:
-        max over k of (1 + a + ... + a^k) / (k c + V(k + 1)), a = first-token acceptance."""
+        max over k of (1 + a + ... + a^k) / (k c + V(1 + width k)), a = first-token
+        acceptance; `width` as in `model_value` (rows packed: every row drafts k)."""
         accept = self.calibration.first_token_acceptance()
         cost = self.costs.draft_cost()
         best, tokens, prefix = 1.0, 1.0, 1.0
         for k in range(1, self.config.max_tokens + 1):
             prefix *= accept
             tokens += prefix
-            best = max(best, tokens / (k * cost + self.costs.verify_cost(k + 1)))
+            best = max(best, tokens / (k * cost + self.costs.verify_cost(1 + width * k)))
         return best
 
     # ---- learning -----------------------------------------------------------------------

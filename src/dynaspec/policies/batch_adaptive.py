@@ -36,6 +36,7 @@ step has been timed SETTLE_STEPS times (one cold step would halve the price of a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
 from dynaspec.policies.adaptive import AdaptiveConfig, AdaptivePolicy
@@ -58,8 +59,10 @@ class BatchAdaptivePolicy:
         max_tokens: int = 20,
         config: AdaptiveConfig | None = None,
         packed: bool = False,
+        fixed: bool = False,
     ) -> None:
         self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
+        self.fixed = fixed  # no row joins: the call lasts as long as its longest row
         self.rows = max(rows, 1)  # the rows going: the batch size the estimates stand for
         self.shared.rate = float(self.rows)  # rho_B before any measurement: the target alone
         self.packed = packed  # the target adapter's packs_rows (module docstring)
@@ -85,10 +88,15 @@ class BatchAdaptivePolicy:
         shared = self.shared
         going = sum(offer is not None for offer in options)  # rows the target alone serves
         self.resize(going)
+        worths = self.worths(options, remaining)
+        rate = weighted_rate(shared.rate, worths)
         ready = self.ready(options, remaining)
         model = DraftPlan()
         width = len(ready) if self.packed else 1  # tokens a drafted position adds
-        if ready and shared.model_value(rows=len(ready), floor=going, width=width) > 0.0:
+        value = shared.model_value(
+            rows=sum(worths[row] for row in ready), floor=0.0, width=width, rate=rate
+        )
+        if ready and value > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
         elif ready and shared.prober.due():
             cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
@@ -97,20 +105,32 @@ class BatchAdaptivePolicy:
                 model = DraftPlan(model=1, probe=True)  # keeps the estimates fresh
         plans = []
         for row, offer in enumerate(options):
-            alone = model if row in ready else DraftPlan()
-            if offer is None:
-                plans.append(DraftPlan())
-            elif offer.num_copy:
-                plans.append(plan_with_copy(shared, offer, remaining[row], alone, going))
-            else:
-                plans.append(alone)
+            alone = replace(model if row in ready else DraftPlan(), worth=worths[row])
+            if offer is not None and offer.num_copy:  # a copied token gains `worth`
+                floor = rate / worths[row]
+                alone = plan_with_copy(shared, offer, remaining[row], alone, floor)
+            plans.append(alone)
         return plans
+
+    def worths(
+        self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
+    ) -> list[float]:
+        """What one token of each row is worth to the batch (module docstring, "Rows that
+        end first"): 0 for an ended row; 1 in a batch rows join; in a fixed batch, the
+        row's tokens left over the most any row has left."""
+        rooms = [room for offer, room in zip(options, remaining, strict=True) if offer is not None]
+        most = max(rooms, default=1) if self.fixed else 0
+        return [
+            0.0 if offer is None else 1.0 if most <= 0 else min(max(room, 1) / most, 1.0)
+            for offer, room in zip(options, remaining, strict=True)
+        ]
 
     def ready(self, options: Sequence[DraftOptions | None], remaining: Sequence[int]) -> list[int]:
         """The rows whose draft may run this round: those in step with it, and the lagging
         ones too when feeding all of them at once (their catch-ups summed: the draft reads
-        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`), priced
-        on SETTLE_STEPS timed steps at least where the batch has more than one row."""
+        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`, verifying
+        every row's drafts where the target packs them), priced on SETTLE_STEPS timed steps
+        at least where the batch has more than one row."""
         rows = [
             row
             for row, offer in enumerate(options)
@@ -123,8 +143,9 @@ class BatchAdaptivePolicy:
         if len(rows) > 1 and self.shared.costs.steps_timed < SETTLE_STEPS:
             return in_step  # the step not settled yet
         catchup = 1 + sum(options[row].catchup - 1 for row in lagging)  # type: ignore[union-attr]
-        worth = self.shared.worth_starting(catchup, max(remaining[row] for row in lagging))
-        return rows if worth else in_step
+        width = len(rows) if self.packed else 1
+        left = max(remaining[row] for row in lagging)
+        return rows if self.shared.worth_starting(catchup, left, width) else in_step
 
     def join(self) -> None:
         pass  # the estimates are the batch's: a row that joins uses them as they stand
@@ -134,11 +155,11 @@ class BatchAdaptivePolicy:
 
     def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper | PackedStopper:
         drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}
-        going = float(max(sum(plan.total > 0 for plan in plans), 1))
+        rate = weighted_rate(self.shared.rate, [plan.worth for plan in plans])
         if self.packed:
             copied = sum(plan.copy for plan in plans if plan.model == 0)
-            return PackedStopper(self.shared, drafting, going, copied)
-        return JointStopper(self.shared, drafting, going)
+            return PackedStopper(self.shared, drafting, rate, copied)
+        return JointStopper(self.shared, drafting, rate)
 
     def update(self, rounds: Sequence[Round | None]) -> None:
         done = [record for record in rounds if record is not None]
@@ -155,10 +176,10 @@ class JointStopper:
     """Stops every drafting row at once when their summed gain no longer pays (a
     `core.protocols.BatchStopper`)."""
 
-    def __init__(self, shared: AdaptivePolicy, plans: dict[int, DraftPlan], floor: float) -> None:
+    def __init__(self, shared: AdaptivePolicy, plans: dict[int, DraftPlan], rate: float) -> None:
         self.shared = shared
         self.plans = plans  # the drafting rows' plans
-        self.floor = floor  # rho_B is never taken below what the target alone yields
+        self.rate = rate  # the rate costs are weighed at (`weighted_rate`)
         # P_(r,k) of each drafting row: from the copied tokens' Q_m (1 without a copy)
         self.prefixes = {
             row: plan.copy_accepted if plan.copy else 1.0 for row, plan in plans.items()
@@ -173,9 +194,9 @@ class JointStopper:
             self.prefixes[row] *= accept
             plan = self.plans[row]
             if step.index + 1 - plan.copy < plan.model:  # the row may draft one more
-                gain += self.prefixes[row] * accept
+                gain += plan.worth * self.prefixes[row] * accept
             widest = max(widest, step.index + 1)
-        if gain <= self.shared.threshold(widest, floor=self.floor):
+        if gain <= self.shared.threshold(widest, floor=0.0, rate=self.rate):
             return dict.fromkeys(steps, StopReason.COST)
         return {}
 
@@ -189,10 +210,10 @@ class PackedStopper(JointStopper):
         self,
         shared: AdaptivePolicy,
         plans: dict[int, DraftPlan],
-        floor: float,
+        rate: float,
         copied: int,
     ) -> None:
-        super().__init__(shared, plans, floor)
+        super().__init__(shared, plans, rate)
         self.copied = copied  # tokens copied by the rows that do not draft with the model
 
     def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
@@ -201,7 +222,7 @@ class PackedStopper(JointStopper):
         shared = self.shared
         drafted = self.copied + sum(step.index + 1 for step in steps.values())  # D
         verify = shared.verify_step(drafted + 1)  # V_B(D + 2) - V_B(D + 1)
-        rho = max(shared.rate, self.floor)
+        rho = self.rate
         stopped, gain = {}, 0.0
         for row, step in steps.items():
             accept = shared.calibration.acceptance(step.confidence)
@@ -209,7 +230,7 @@ class PackedStopper(JointStopper):
             plan = self.plans[row]
             if step.index + 1 - plan.copy >= plan.model:  # the row's plan is drafted
                 continue
-            more = self.prefixes[row] * accept - rho * verify
+            more = plan.worth * self.prefixes[row] * accept - rho * verify
             if more <= 0.0:
                 stopped[row] = StopReason.COST
             else:
@@ -217,6 +238,15 @@ class PackedStopper(JointStopper):
         if gain <= rho * shared.costs.draft_cost():
             return dict.fromkeys(steps, StopReason.COST)
         return stopped
+
+
+def weighted_rate(rate: float, worths: Sequence[float]) -> float:
+    """rho_w, the rate a batch weighs costs at: rho_B times the mean worth of the rows going
+    (worth > 0), never below what the target alone yields, one token per row going at its
+    worth (with every worth 1: max(rho_B, rows going))."""
+    going = [worth for worth in worths if worth > 0.0]
+    total = sum(going)
+    return max(rate * total / max(len(going), 1), total)
 
 
 def packed_round(rounds: Sequence[Round]) -> Round:
