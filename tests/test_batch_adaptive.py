@@ -174,30 +174,43 @@ def test_each_batch_size_keeps_its_own_costs_and_rho_scales_with_the_rows() -> N
     assert policy.shared.rate == pytest.approx(6.0)
 
 
-def test_lagging_rows_start_together_when_the_tokens_left_repay_all_their_catch_ups() -> None:
+def test_lagging_rows_start_together_as_far_as_the_tokens_left_repay_their_catch_ups() -> None:
     policy = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
     asked = []
 
-    def worth_starting(catchup: int, remaining: int, width: int) -> bool:
+    def worth_starting(catchup: int, remaining: float, width: int) -> bool:
         asked.append((catchup, remaining, width))
-        return answer
+        return catchup <= most
 
     policy.shared.worth_starting = worth_starting  # type: ignore[method-assign]
     offers = [DraftOptions(2), DraftOptions(101), DraftOptions(51)]  # two rows lag
-    answer = True
+    even = [1.0, 1.0, 1.0]
+    most = 1000
     # Two steps timed: one may have been cold (twice the usual time), which would halve
     # the catch-ups' price: the lagging rows wait for the third.
     policy.shared.costs.verify_times[1] = deque([0.4, 0.2])
-    assert policy.ready(offers, [60, 70, 80]) == [0]
+    assert policy.ready(offers, [60, 70, 80], even) == [0]
     assert asked == []
     policy.shared.costs.verify_times[1].append(0.2)
-    answer = False
-    assert policy.ready(offers, [60, 70, 80]) == [0]  # the row in step drafts alone
     # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting,
     # and the target verifies the drafts of all 3 rows packed.
+    assert policy.ready(offers, [60, 70, 80], even) == [0, 1, 2]
     assert asked == [(1 + 100 + 50, 80, 3)]
-    answer = True
-    assert policy.ready(offers, [60, 70, 80]) == [0, 1, 2]
+    # Both together do not pay; the shorter catch-up alone does (rows of equal worth: the
+    # shortest catch-up first).
+    asked.clear()
+    most = 60
+    assert policy.ready(offers, [60, 70, 80], even) == [0, 2]
+    assert asked == [(151, 80, 3), (1 + 50, 80, 2)]
+    # Neither pays: the row in step drafts alone.
+    most = 10
+    assert policy.ready(offers, [60, 70, 80], even) == [0]
+    # In a fixed batch the row furthest from its end comes first, its savings weighed by
+    # its worth: row 1, 80 tokens from its end, before row 2 (40 left, worth 0.5).
+    asked.clear()
+    most = 110
+    assert policy.ready(offers, [60, 80, 40], [0.75, 1.0, 0.5]) == [0, 1]
+    assert asked == [(151, 80, 3), (101, 80, 2)]
 
 
 def test_in_a_fixed_batch_a_row_ahead_is_worth_its_share_of_the_tokens_left() -> None:
@@ -207,6 +220,9 @@ def test_in_a_fixed_batch_a_row_ahead_is_worth_its_share_of_the_tokens_left() ->
     fixed = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True, fixed=True)
     assert fixed.worths(offers, left) == [1.0, 0.25, 0.0]
     assert [plan.worth for plan in fixed.plan(offers, left)] == [1.0, 0.25, 0.0]
+    match = DraftOptions(1, torch.zeros(12, dtype=torch.long), 2)  # a row that may copy too
+    plans = fixed.plan([offers[0], match, None], left)
+    assert plans[1].copy > 0 and [plan.worth for plan in plans] == [1.0, 0.25, 0.0]
     # Where rows join (serving), a token is a token whichever row yields it.
     joining = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
     assert joining.worths(offers, left) == [1.0, 1.0, 0.0]
@@ -239,4 +255,6 @@ def test_a_packed_batch_starts_its_draft_on_the_verification_of_every_rows_draft
     costs.catchup_costs.append(0.004)
     assert policy.shared.worth_starting(157, 20, width=1)
     assert not policy.shared.worth_starting(157, 20, width=4)
-    assert policy.ready([DraftOptions(40)] * 4, [20] * 4) == []
+    # So not all 4 start; 2 do: 78 tokens of catch-up (1.56 steps) against 5.2 steps saved
+    # (2 drafted tokens a round at 1.36 tokens a step, verifying both rows' drafts).
+    assert policy.ready([DraftOptions(40)] * 4, [20] * 4, [1.0] * 4) == [0, 1]

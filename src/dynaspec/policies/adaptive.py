@@ -192,7 +192,7 @@ class AdaptivePolicy:
         """V(k + 1) - V(k): what verifying drafted token k costs on top (target steps)."""
         return self.costs.verify_cost(num_drafted + 1) - self.costs.verify_cost(num_drafted)
 
-    def worth_starting(self, catchup: int, remaining: int | None, width: int = 1) -> bool:
+    def worth_starting(self, catchup: int, remaining: float | None, width: int = 1) -> bool:
         """Whether the draft's catch-up (paid now) is repaid by the tokens left: expected
         savings >= start_margin * catch-up cost. A draft in step (at most one token beyond
         the usual one to feed) always is. `width`: tokens each drafted position adds to the

@@ -29,8 +29,15 @@ first time the batch has a size, that model starts from the priors and the per-t
 of prefills and catch-ups measured so far, and rho_B is scaled with the rows. The calibration
 and the copied tokens' acceptance are the rows' and stay shared. A row that lags its draft
 (it did not draft for some rounds) makes the draft read its catch-up; lagging rows start
-together when the tokens left repay all their catch-ups summed, and not before the batch's
-step has been timed SETTLE_STEPS times (one cold step would halve the price of all of them).
+together, as many of them as the tokens left repay their catch-ups summed (the rows worth the
+most first), and not before the batch's step has been timed SETTLE_STEPS times (one cold step
+would halve the price of all of them).
+
+Rows that end first. A batch no row joins lasts as long as its longest row, and a forward
+over fewer rows costs about the same, so a row that gets ahead shortens nothing: each row's
+token is worth w_r = its tokens left over the most any row has left (`worths`; 1 for every
+row where rows join), carried in its plan (`DraftPlan.worth`). Gains are weighed by w_r and
+costs at rho_w = max(rho_B W / B, W), W the rows' summed worth (`weighted_rate`).
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ class BatchAdaptivePolicy:
         self.resize(going)
         worths = self.worths(options, remaining)
         rate = weighted_rate(shared.rate, worths)
-        ready = self.ready(options, remaining)
+        ready = self.ready(options, remaining, worths)
         model = DraftPlan()
         width = len(ready) if self.packed else 1  # tokens a drafted position adds
         value = shared.model_value(
@@ -108,7 +115,8 @@ class BatchAdaptivePolicy:
             alone = replace(model if row in ready else DraftPlan(), worth=worths[row])
             if offer is not None and offer.num_copy:  # a copied token gains `worth`
                 floor = rate / worths[row]
-                alone = plan_with_copy(shared, offer, remaining[row], alone, floor)
+                made = plan_with_copy(shared, offer, remaining[row], alone, floor)
+                alone = replace(made, worth=worths[row])
             plans.append(alone)
         return plans
 
@@ -125,27 +133,41 @@ class BatchAdaptivePolicy:
             for offer, room in zip(options, remaining, strict=True)
         ]
 
-    def ready(self, options: Sequence[DraftOptions | None], remaining: Sequence[int]) -> list[int]:
-        """The rows whose draft may run this round: those in step with it, and the lagging
-        ones too when feeding all of them at once (their catch-ups summed: the draft reads
-        each row's) is repaid by the tokens left (`AdaptivePolicy.worth_starting`, verifying
-        every row's drafts where the target packs them), priced on SETTLE_STEPS timed steps
-        at least where the batch has more than one row."""
+    def ready(
+        self,
+        options: Sequence[DraftOptions | None],
+        remaining: Sequence[int],
+        worths: Sequence[float],
+    ) -> list[int]:
+        """The rows whose draft may run this round: those in step with it, and as many of the
+        lagging ones as is worth starting (module docstring): taken in the order of their
+        worth (then the shortest catch-up first), the most of them whose catch-ups summed
+        (the draft reads each row's) are repaid by the tokens left of the row worth the most
+        (`AdaptivePolicy.worth_starting`, the target verifying the drafts of every row that
+        would draft where it packs them); priced on SETTLE_STEPS timed steps at least where
+        the batch has more than one row."""
         rows = [
             row
             for row, offer in enumerate(options)
             if offer is not None and offer.catchup is not None
         ]
         in_step = [row for row in rows if options[row].catchup <= 2]  # type: ignore[union-attr]
-        lagging = [row for row in rows if row not in in_step]
+        lagging = sorted(
+            (row for row in rows if row not in in_step),
+            key=lambda row: (-worths[row], options[row].catchup),  # type: ignore[union-attr]
+        )
         if not lagging:
             return rows
         if len(rows) > 1 and self.shared.costs.steps_timed < SETTLE_STEPS:
             return in_step  # the step not settled yet
-        catchup = 1 + sum(options[row].catchup - 1 for row in lagging)  # type: ignore[union-attr]
-        width = len(rows) if self.packed else 1
-        left = max(remaining[row] for row in lagging)
-        return rows if self.shared.worth_starting(catchup, left, width) else in_step
+        for count in range(len(lagging), 0, -1):
+            start = lagging[:count]
+            catchup = 1 + sum(options[row].catchup - 1 for row in start)  # type: ignore[union-attr]
+            width = len(in_step) + count if self.packed else 1
+            left = max(worths[row] * remaining[row] for row in start)
+            if self.shared.worth_starting(catchup, left, width):
+                return sorted(in_step + start)
+        return in_step
 
     def join(self) -> None:
         pass  # the estimates are the batch's: a row that joins uses them as they stand
