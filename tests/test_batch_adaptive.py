@@ -14,7 +14,12 @@ from decision_scenarios import SCENARIOS, Outcome, Planned, trace
 from round_helpers import make_round
 
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep
-from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy, batch_round, packed_round
+from dynaspec.policies.batch_adaptive import (
+    BatchAdaptivePolicy,
+    batch_round,
+    packed_round,
+    weighted_rate,
+)
 
 TRACES = json.loads((Path(__file__).parent / "data" / "decision_traces.json").read_text())
 
@@ -214,15 +219,18 @@ def test_lagging_rows_start_together_as_far_as_the_tokens_left_repay_their_catch
 
 
 def test_in_a_fixed_batch_a_row_ahead_is_worth_its_share_of_the_tokens_left() -> None:
-    # The call ends with its longest row: row 1, 25 tokens from its end where row 0 has 100
-    # left, will be done long before; an ended row is worth nothing.
-    offers, left = [DraftOptions(1), DraftOptions(1), None], [100, 25, 0]
+    # The call ends with its longest row: row 1, 50 tokens from its end where row 0 has 100
+    # left, will be done long before (its worth: 0.5 ** 8); an ended row is worth nothing.
+    offers, left = [DraftOptions(1), DraftOptions(1), None], [100, 50, 0]
     fixed = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True, fixed=True)
-    assert fixed.worths(offers, left) == [1.0, 0.25, 0.0]
-    assert [plan.worth for plan in fixed.plan(offers, left)] == [1.0, 0.25, 0.0]
-    match = DraftOptions(1, torch.zeros(12, dtype=torch.long), 2)  # a row that may copy too
-    plans = fixed.plan([offers[0], match, None], left)
-    assert plans[1].copy > 0 and [plan.worth for plan in plans] == [1.0, 0.25, 0.0]
+    assert fixed.worths(offers, left) == [1.0, 0.5**8, 0.0]
+    assert [plan.worth for plan in fixed.plan(offers, left)] == [1.0, 0.5**8, 0.0]
+    # A row that may copy keeps its worth through the copy plan; 5% from the last row it
+    # copies (0.95 ** 8 = 0.66), at half of it (0.004) no copy pays.
+    match = DraftOptions(1, torch.zeros(12, dtype=torch.long), 2)
+    plans = fixed.plan([offers[0], match, None], [100, 95, 0])
+    assert plans[1].copy > 0 and [plan.worth for plan in plans] == [1.0, 0.95**8, 0.0]
+    assert fixed.plan([offers[0], match, None], left)[1].copy == 0
     # Where rows join (serving), a token is a token whichever row yields it.
     joining = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
     assert joining.worths(offers, left) == [1.0, 1.0, 0.0]
@@ -258,3 +266,20 @@ def test_a_packed_batch_starts_its_draft_on_the_verification_of_every_rows_draft
     # So not all 4 start; 2 do: 78 tokens of catch-up (1.56 steps) against 5.2 steps saved
     # (2 drafted tokens a round at 1.36 tokens a step, verifying both rows' drafts).
     assert policy.ready([DraftOptions(40)] * 4, [20] * 4, [1.0] * 4) == [0, 1]
+
+
+def test_a_fixed_batch_weighs_costs_at_its_rows_own_paces() -> None:
+    # Steps of 0.5 s. A round of one step where row 0 copies 3 tokens and keeps them (4
+    # tokens) and row 1 yields its one: each row's pace moves a tenth of the way to its own.
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, packed=True, fixed=True)
+    policy.shared.costs.verify_times[1] = deque([0.5] * 3)
+    policy.shared.costs.verify_times[5] = deque([0.5] * 3)
+    policy.update([make_round(3, 3, (1.0,) * 3, 0.0, 0.5, num_copied=3), make_round(0, 0)])
+    assert policy.paces == pytest.approx([1.3, 1.0])
+    # Row 0 far ahead (worth 0.01), row 1 the last: the costs are weighed at about row 1's
+    # own pace, not at the batch's rate (2.3 tokens a step, nearly all row 0's).
+    policy.paces = [4.0, 1.0]
+    worths = [0.01, 1.0]
+    assert weighted_rate(2.3, worths, policy.paces) == pytest.approx(1.04)
+    assert weighted_rate(2.3, [1.0, 1.0], None) == 2.3  # rows join: rho_B, never below 2
+    assert weighted_rate(1.5, [1.0, 1.0], None) == 2.0

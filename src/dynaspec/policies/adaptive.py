@@ -221,11 +221,17 @@ class AdaptivePolicy:
         return best
 
     # ---- learning -----------------------------------------------------------------------
-    def _learn_rate(self, round: Round, tokens: int) -> None:
+    def round_steps(self, round: Round) -> float | None:
+        """The round's time in target steps, where the rate learns from it: None for a round
+        with a catch-up (its time is not a decoding round's) or no time."""
         if round.num_verified != round.num_drafted + 1:
-            return
+            return None
         steps = (round.draft_time_s + round.target_time_s) / self.costs.step_time()
-        if steps <= 0:
+        return steps if steps > 0 else None
+
+    def _learn_rate(self, round: Round, tokens: int) -> None:
+        steps = self.round_steps(round)
+        if steps is None:
             return
         decay = self.config.rate_decay
         self.rate = decay * self.rate + (1 - decay) * (tokens / steps)

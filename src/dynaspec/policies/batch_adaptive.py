@@ -37,7 +37,8 @@ Rows that end first. A batch no row joins lasts as long as its longest row, and 
 over fewer rows costs about the same, so a row that gets ahead shortens nothing: each row's
 token is worth w_r = its tokens left over the most any row has left (`worths`; 1 for every
 row where rows join), carried in its plan (`DraftPlan.worth`). Gains are weighed by w_r and
-costs at rho_w = max(rho_B W / B, W), W the rows' summed worth (`weighted_rate`).
+costs at rho_w = max(sum of w_r pi_r, W), pi_r the row's own pace (tokens per batch step)
+and W the rows' summed worth (`weighted_rate`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ SETTLE_STEPS = 3  # plain batch steps timed before lagging rows of a batch may s
 #                   the first one after a prefill can run at twice the usual time (measured:
 #                   0.40 s against 0.19 s over 8 rows, after another model had run), and a
 #                   step that slow halves every catch-up's price in steps
+
+WORTH_POWER = 8  # a fixed batch's row with 10% fewer tokens left than the most is worth 0.43
+#                  of a token, with 25% fewer 0.10: only the rows that may end last count
+#                  (linear worths still let rows far ahead set the rate the last one's draft
+#                  must beat: measured, the last row's draft never started)
 
 
 class BatchAdaptivePolicy:
@@ -74,6 +80,8 @@ class BatchAdaptivePolicy:
         self.shared.rate = float(self.rows)  # rho_B before any measurement: the target alone
         self.packed = packed  # the target adapter's packs_rows (module docstring)
         self.costs = {self.rows: self.shared.costs}  # each batch size's own cost model
+        # A fixed batch's rows' own paces: tokens per batch step, as rho_B but per row
+        self.paces = [1.0] * self.rows if fixed else None
 
     def resize(self, going: int) -> None:
         """The estimates for a batch of `going` rows (module docstring, "Batch sizes"): that
@@ -96,7 +104,7 @@ class BatchAdaptivePolicy:
         going = sum(offer is not None for offer in options)  # rows the target alone serves
         self.resize(going)
         worths = self.worths(options, remaining)
-        rate = weighted_rate(shared.rate, worths)
+        rate = weighted_rate(shared.rate, worths, self.paces)
         ready = self.ready(options, remaining, worths)
         model = DraftPlan()
         width = len(ready) if self.packed else 1  # tokens a drafted position adds
@@ -125,11 +133,15 @@ class BatchAdaptivePolicy:
     ) -> list[float]:
         """What one token of each row is worth to the batch (module docstring, "Rows that
         end first"): 0 for an ended row; 1 in a batch rows join; in a fixed batch, the
-        row's tokens left over the most any row has left."""
+        row's tokens left over the most any row has left, to the power WORTH_POWER."""
         rooms = [room for offer, room in zip(options, remaining, strict=True) if offer is not None]
         most = max(rooms, default=1) if self.fixed else 0
         return [
-            0.0 if offer is None else 1.0 if most <= 0 else min(max(room, 1) / most, 1.0)
+            0.0
+            if offer is None
+            else 1.0
+            if most <= 0
+            else min(max(room, 1) / most, 1.0) ** WORTH_POWER
             for offer, room in zip(options, remaining, strict=True)
         ]
 
@@ -177,7 +189,7 @@ class BatchAdaptivePolicy:
 
     def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper | PackedStopper:
         drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}
-        rate = weighted_rate(self.shared.rate, [plan.worth for plan in plans])
+        rate = weighted_rate(self.shared.rate, [plan.worth for plan in plans], self.paces)
         if self.packed:
             copied = sum(plan.copy for plan in plans if plan.model == 0)
             return PackedStopper(self.shared, drafting, rate, copied)
@@ -192,6 +204,13 @@ class BatchAdaptivePolicy:
         tokens = sum(record.num_accepted + 1 for record in done)
         combined = packed_round(done) if self.packed else batch_round(done)
         self.shared.learn_forwards(combined, tokens)
+        steps = self.shared.round_steps(combined)
+        if self.paces is not None and steps is not None:
+            decay = self.shared.config.rate_decay
+            for row, record in enumerate(rounds):
+                if record is not None:
+                    pace = (record.num_accepted + 1) / steps
+                    self.paces[row] = decay * self.paces[row] + (1 - decay) * pace
 
 
 class JointStopper:
@@ -262,13 +281,14 @@ class PackedStopper(JointStopper):
         return stopped
 
 
-def weighted_rate(rate: float, worths: Sequence[float]) -> float:
-    """rho_w, the rate a batch weighs costs at: rho_B times the mean worth of the rows going
-    (worth > 0), never below what the target alone yields, one token per row going at its
-    worth (with every worth 1: max(rho_B, rows going))."""
-    going = [worth for worth in worths if worth > 0.0]
-    total = sum(going)
-    return max(rate * total / max(len(going), 1), total)
+def weighted_rate(rate: float, worths: Sequence[float], paces: Sequence[float] | None) -> float:
+    """rho_w, the rate a batch weighs costs at: the rows' paces (tokens per batch step) each
+    at its worth, never below what the target alone yields, one token per row going at its
+    worth; without paces (a batch rows join, every worth 1), max(rho_B, rows going)."""
+    total = sum(worths)
+    if paces is None:
+        return max(rate, total)
+    return max(sum(worth * pace for worth, pace in zip(worths, paces, strict=True)), total)
 
 
 def packed_round(rounds: Sequence[Round]) -> Round:
