@@ -198,24 +198,24 @@ def test_lagging_rows_start_together_as_far_as_the_tokens_left_repay_their_catch
     assert asked == []
     policy.shared.costs.verify_times[1].append(0.2)
     # One question for both lagging rows: the draft reads 100 + 50 tokens before drafting,
-    # and the target verifies the drafts of all 3 rows packed.
+    # repaid by the tokens left of the least of them (70), the target verifying the drafts
+    # of all 3 rows packed.
     assert policy.ready(offers, [60, 70, 80], even) == [0, 1, 2]
-    assert asked == [(1 + 100 + 50, 80, 3)]
-    # Both together do not pay; the shorter catch-up alone does (rows of equal worth: the
-    # shortest catch-up first).
+    assert asked == [(1 + 100 + 50, 70, 3)]
+    # Both together do not pay; the row with the most tokens left alone does.
     asked.clear()
     most = 60
     assert policy.ready(offers, [60, 70, 80], even) == [0, 2]
-    assert asked == [(151, 80, 3), (1 + 50, 80, 2)]
+    assert asked == [(151, 70, 3), (1 + 50, 80, 2)]
     # Neither pays: the row in step drafts alone.
     most = 10
     assert policy.ready(offers, [60, 70, 80], even) == [0]
-    # In a fixed batch the row furthest from its end comes first, its savings weighed by
-    # its worth: row 1, 80 tokens from its end, before row 2 (40 left, worth 0.5).
+    # In a fixed batch the tokens left count at the row's worth: row 1 (80 left, worth 1)
+    # comes before row 2 (40 left, worth 0.5), which does not ride along on row 1's savings.
     asked.clear()
     most = 110
     assert policy.ready(offers, [60, 80, 40], [0.75, 1.0, 0.5]) == [0, 1]
-    assert asked == [(151, 80, 3), (101, 80, 2)]
+    assert asked == [(151, 20, 3), (101, 80, 2)]
 
 
 def test_in_a_fixed_batch_a_row_ahead_is_worth_its_share_of_the_tokens_left() -> None:
@@ -283,3 +283,11 @@ def test_a_fixed_batch_weighs_costs_at_its_rows_own_paces() -> None:
     assert weighted_rate(2.3, worths, policy.paces) == pytest.approx(1.04)
     assert weighted_rate(2.3, [1.0, 1.0], None) == 2.3  # rows join: rho_B, never below 2
     assert weighted_rate(1.5, [1.0, 1.0], None) == 2.0
+
+
+def test_a_row_at_twice_the_pace_of_another_will_end_first() -> None:
+    # Both rows 100 tokens from their end, row 0 at 2 tokens a step (50 steps to go), row 1
+    # at 1 (100 steps): row 0 is worth 0.5 ** 8 before it is ahead in tokens.
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, packed=True, fixed=True)
+    policy.paces = [2.0, 1.0]
+    assert policy.worths([DraftOptions(1), DraftOptions(1)], [100, 100]) == [0.5**8, 1.0]

@@ -35,10 +35,10 @@ would halve the price of all of them).
 
 Rows that end first. A batch no row joins lasts as long as its longest row, and a forward
 over fewer rows costs about the same, so a row that gets ahead shortens nothing: each row's
-token is worth w_r = its tokens left over the most any row has left (`worths`; 1 for every
-row where rows join), carried in its plan (`DraftPlan.worth`). Gains are weighed by w_r and
-costs at rho_w = max(sum of w_r pi_r, W), pi_r the row's own pace (tokens per batch step)
-and W the rows' summed worth (`weighted_rate`).
+token is worth w_r = (its steps to its end, its tokens left at its own pace pi_r (tokens per
+batch step), over the most any row needs)^WORTH_POWER (`worths`; 1 for every row where rows
+join), carried in its plan (`DraftPlan.worth`). Gains are weighed by w_r and costs at
+rho_w = max(sum of w_r pi_r, W), W the rows' summed worth (`weighted_rate`).
 """
 
 from __future__ import annotations
@@ -133,17 +133,16 @@ class BatchAdaptivePolicy:
     ) -> list[float]:
         """What one token of each row is worth to the batch (module docstring, "Rows that
         end first"): 0 for an ended row; 1 in a batch rows join; in a fixed batch, the
-        row's tokens left over the most any row has left, to the power WORTH_POWER."""
-        rooms = [room for offer, room in zip(options, remaining, strict=True) if offer is not None]
-        most = max(rooms, default=1) if self.fixed else 0
-        return [
-            0.0
-            if offer is None
-            else 1.0
-            if most <= 0
-            else min(max(room, 1) / most, 1.0) ** WORTH_POWER
-            for offer, room in zip(options, remaining, strict=True)
+        row's steps to its end (its tokens left at its own pace) over the most any row
+        needs, to the power WORTH_POWER."""
+        if self.paces is None:
+            return [0.0 if offer is None else 1.0 for offer in options]
+        ends = [
+            None if offer is None else max(room, 1) / max(pace, 1e-6)
+            for offer, room, pace in zip(options, remaining, self.paces, strict=True)
         ]
+        last = max((end for end in ends if end is not None), default=1.0)
+        return [0.0 if end is None else min(end / last, 1.0) ** WORTH_POWER for end in ends]
 
     def ready(
         self,
@@ -153,11 +152,12 @@ class BatchAdaptivePolicy:
     ) -> list[int]:
         """The rows whose draft may run this round: those in step with it, and as many of the
         lagging ones as is worth starting (module docstring): taken in the order of their
-        worth (then the shortest catch-up first), the most of them whose catch-ups summed
-        (the draft reads each row's) are repaid by the tokens left of the row worth the most
-        (`AdaptivePolicy.worth_starting`, the target verifying the drafts of every row that
-        would draft where it packs them); priced on SETTLE_STEPS timed steps at least where
-        the batch has more than one row."""
+        worth times their tokens left (then the shortest catch-up first), the most of them
+        whose catch-ups summed (the draft reads each row's) are repaid by the tokens left of
+        the least of them, at its worth (`AdaptivePolicy.worth_starting`, the target
+        verifying the drafts of every row that would draft where it packs them): a row far
+        ahead does not ride along on the last row's savings. Priced on SETTLE_STEPS timed
+        steps at least where the batch has more than one row."""
         rows = [
             row
             for row, offer in enumerate(options)
@@ -166,7 +166,7 @@ class BatchAdaptivePolicy:
         in_step = [row for row in rows if options[row].catchup <= 2]  # type: ignore[union-attr]
         lagging = sorted(
             (row for row in rows if row not in in_step),
-            key=lambda row: (-worths[row], options[row].catchup),  # type: ignore[union-attr]
+            key=lambda row: (-worths[row] * remaining[row], options[row].catchup),  # type: ignore[union-attr]
         )
         if not lagging:
             return rows
@@ -176,7 +176,7 @@ class BatchAdaptivePolicy:
             start = lagging[:count]
             catchup = 1 + sum(options[row].catchup - 1 for row in start)  # type: ignore[union-attr]
             width = len(in_step) + count if self.packed else 1
-            left = max(worths[row] * remaining[row] for row in start)
+            left = worths[start[-1]] * remaining[start[-1]]  # the least of them
             if self.shared.worth_starting(catchup, left, width):
                 return sorted(in_step + start)
         return in_step
