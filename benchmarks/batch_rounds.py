@@ -3,7 +3,7 @@ what it drafted and kept, the forwards' times and the rule's estimates, one JSON
 round. It wraps `BatchAdaptivePolicy.plan` and `update` and runs the dynaspec CLI.
 
 Run: python benchmarks/batch_rounds.py ROUNDS.jsonl bench --pair qwen2.5-coder --batch 4 ...
-     python benchmarks/batch_rounds.py --summary ROUNDS.jsonl   (one line per generate call)
+     python benchmarks/batch_rounds.py --summary ROUNDS.jsonl[.gz]  (a line per generate call)
 
 A line: rows (the batch size the estimates stand for), plan (per row: catchup, ncopy (copy
 on offer), agree, copy, model (planned), worth, rem (tokens left); null: ended), r (per row:
@@ -14,6 +14,7 @@ s, tt target s), rate (rho_B), step (s), c (draft cost, steps), v (V(n) at n = 2
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import time
@@ -70,7 +71,9 @@ def log_rounds(path: str) -> None:
 
 def summary(path: str) -> None:
     """One line per generate call: rounds, seconds of draft and target forwards, catch-ups."""
-    lines = [json.loads(text) for text in open(path)]  # noqa: SIM115
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as records:
+        lines = [json.loads(text) for text in records]
     calls: list[list[dict]] = []
     for line in lines:
         first = line["r"][0]
