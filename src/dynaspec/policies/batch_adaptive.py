@@ -122,7 +122,7 @@ class BatchAdaptivePolicy:
         for row, offer in enumerate(options):
             alone = replace(model if row in ready else DraftPlan(), worth=worths[row])
             if offer is not None and offer.num_copy:  # a copied token gains `worth`
-                floor = rate / worths[row]
+                floor = rate / max(worths[row], 1e-12)
                 made = plan_with_copy(shared, offer, remaining[row], alone, floor)
                 alone = replace(made, worth=worths[row])
             plans.append(alone)
