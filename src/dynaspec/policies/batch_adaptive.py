@@ -75,12 +75,12 @@ class BatchAdaptivePolicy:
         fixed: bool = False,
     ) -> None:
         self.shared = AdaptivePolicy(max_tokens, config)  # the batch's estimates
-        self.fixed = fixed  # no row joins: the call lasts as long as its longest row
         self.rows = max(rows, 1)  # the rows going: the batch size the estimates stand for
         self.shared.rate = float(self.rows)  # rho_B before any measurement: the target alone
         self.packed = packed  # the target adapter's packs_rows (module docstring)
         self.costs = {self.rows: self.shared.costs}  # each batch size's own cost model
-        # A fixed batch's rows' own paces: tokens per batch step, as rho_B but per row
+        # A fixed batch's (no row joins: the call lasts as long as its longest row) rows' own
+        # paces, tokens per batch step as rho_B but per row; None where rows join
         self.paces = [1.0] * self.rows if fixed else None
 
     def resize(self, going: int) -> None:
@@ -108,10 +108,8 @@ class BatchAdaptivePolicy:
         ready = self.ready(options, remaining, worths)
         model = DraftPlan()
         width = len(ready) if self.packed else 1  # tokens a drafted position adds
-        value = shared.model_value(
-            rows=sum(worths[row] for row in ready), floor=0.0, width=width, rate=rate
-        )
-        if ready and value > 0.0:
+        worth = sum(worths[row] for row in ready)
+        if ready and shared.model_value(rows=worth, floor=0.0, width=width, rate=rate) > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
         elif ready and shared.prober.due():
             cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
