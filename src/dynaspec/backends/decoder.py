@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from dynaspec.backends.pages import clean_file_mappings, trim_heap
 from dynaspec.backends.quant import quantize_linear, release_replaced
 from dynaspec.errors import UnsupportedModelError
 
@@ -233,10 +234,13 @@ class StaticDecoder(nn.Module):
         config = model.config
         base = model.model
 
+        mappings = clean_file_mappings() if release else ()
+
         def linear(layer: nn.Module) -> nn.Module:
             made = quantize_linear(layer, quantize, dense_batches=dense_batches, prepack=prepack)
             if release:
-                release_replaced(layer, made)
+                release_replaced(layer, made, mappings)
+                trim_heap()
             return made
 
         self.embed_tokens = base.embed_tokens

@@ -50,7 +50,24 @@ def packed(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> to
     """The kernel's layout (see the source), (N/64, 4, K/32, 320) bytes: per tile of 64 rows,
     vector of 16 of them and group, the float16 s and m of its rows, then 4 lines of 32
     16-bit lanes, lane j (row j/2, column j%2 of a pair) of line c holding the codes of the
-    group's column pairs 4c..4c+3 in its nibbles 0-3."""
+    group's column pairs 4c..4c+3 in its nibbles 0-3. Built PACK_ROWS rows at a time (its
+    temporaries take 4 bytes a weight)."""
+    parts = [
+        _packed_rows(
+            codes[first : first + PACK_ROWS],
+            scale[first : first + PACK_ROWS],
+            offset[first : first + PACK_ROWS],
+        )
+        for first in range(0, codes.shape[0], PACK_ROWS)
+    ]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+PACK_ROWS = 64 * 64  # rows packed at a time: whole tiles
+
+
+def _packed_rows(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """`packed` for a few whole tiles of rows."""
     rows, columns = codes.shape
     tiles, groups = rows // ROWS, columns // GROUP
     # (tile, vector, row, group, line, nibble, column of the pair): column = 8 line + 2 nibble + c

@@ -68,6 +68,21 @@ def quantize(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
     rounding. s and m are rounded to float16 before the codes are chosen, so that q * s + m
     is what the kernel computes."""
     rows, columns = weight.shape
+    codes = torch.empty(rows, columns, dtype=torch.uint8)
+    scale = torch.empty(rows, columns // group, dtype=torch.float16)
+    offset = torch.empty_like(scale)
+    for first in range(0, rows, QUANTIZE_ROWS):  # bounds the float32 temporaries
+        part = slice(first, first + QUANTIZE_ROWS)
+        codes[part], scale[part], offset[part] = _quantize_rows(weight[part], group)
+    return codes, scale, offset
+
+
+QUANTIZE_ROWS = 2048  # rows fitted at a time (a whole head's temporaries took gigabytes)
+
+
+def _quantize_rows(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
+    """`quantize` for a few rows."""
+    rows, columns = weight.shape
     groups = weight.detach().float().reshape(rows, columns // group, group)
     low, high = groups.amin(-1), groups.amax(-1)
     best = _better(

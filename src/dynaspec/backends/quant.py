@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dynaspec.backends import int4_bf16_kernel, int4_kernel, int8_bf16_kernel, int8_kernel
+from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
 QUANTIZE_MODES = ("int8", "int4")
@@ -80,6 +81,7 @@ QUANTIZE_MODES = ("int8", "int4")
 # Int8Linear: above this many tokens, the dense kernel (kept codes, or a per-call conversion).
 DENSE_THRESHOLD = 4  # with codes kept as a dense matrix (a target's verification)
 CONVERT_THRESHOLD = 16  # converting per call (a draft's prefill or catch-up)
+QUANTIZE_ROWS = 4096  # rows quantized at a time (bounds the float32 copy)
 
 # Input columns that share one int4 scale and zero (the largest that divides the width).
 INT4_GROUP_SIZES = (128, 64, 32)
@@ -157,6 +159,22 @@ class PackedLinear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
+def int8_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes (N, K) int8, scale (N,) in the weight's dtype): symmetric per row, the largest
+    |w| of a row maps to 127, the scale rounded to the weight's dtype first so that q * scale
+    is what every kernel multiplies. Computed QUANTIZE_ROWS rows at a time: a float32 copy of
+    a whole head (151,936 x 1,536) would take 0.9 GB for a moment."""
+    codes = torch.empty(weight.shape, dtype=torch.int8)
+    scale = torch.empty(weight.shape[0], dtype=weight.dtype)
+    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = slice(first, first + QUANTIZE_ROWS)
+        chunk = weight[rows].to(torch.float32, copy=True)  # one copy, then in place
+        chunk_scale = (chunk.abs().amax(dim=1) / 127.0).clamp_min(1e-12).to(weight.dtype)
+        chunk.div_(chunk_scale.float()[:, None]).round_().clamp_(-127, 127)
+        codes[rows], scale[rows] = chunk, chunk_scale
+    return codes, scale
+
+
 class Int8Linear(nn.Module):
     """y = (x @ q.T) * scale + bias, q int8 per output row, scale in the input dtype.
 
@@ -175,27 +193,21 @@ class Int8Linear(nn.Module):
     ) -> None:
         super().__init__()
         compute_dtype = weight.dtype
-        # Symmetric: the largest |w| of a row maps to 127; the scale is rounded to the
-        # compute dtype first so that q * scale is what both kernels multiply.
-        scale = (weight.abs().amax(dim=1).float() / 127.0).clamp_min(1e-12)  # (N,)
-        scale = scale.to(compute_dtype)
-        quantized = weight.to(torch.float32, copy=True)  # one copy, then in place
-        quantized.div_(scale.float()[:, None]).round_().clamp_(-127, 127)
+        codes, scale = int8_codes(weight)
         # dynaspec's own kernels, which batch, so no dense codes are kept: float32 on a CPU
         # with AVX2 (backends/int8_kernel.py), bf16 on one with AVX512-BF16
         # (backends/int8_bf16_kernel.py); each holds its codes in its own tiled layout and
         # its scale and bias in float32.
         self.kernel = _int8_kernel(compute_dtype, *weight.shape)
-        codes = quantized.to(torch.int8)
-        codes = self.kernel.tiled(codes) if self.kernel else codes.contiguous()
+        keep = dense_batches and not self.kernel
+        self.codes = DenseWeight(codes.to(compute_dtype), prepack) if keep else None
+        codes = self.kernel.tiled(codes) if self.kernel else codes
         if self.kernel:
             scale = scale.float()
             bias = None if bias is None else bias.float()
         self.register_buffer("weight", codes)  # (N, K), or tiled for the kernel
         self.register_buffer("scale", scale.contiguous())  # (N,)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        keep = dense_batches and not self.kernel
-        self.codes = DenseWeight(quantized.to(compute_dtype), prepack) if keep else None
         self.threshold = DENSE_THRESHOLD if dense_batches else CONVERT_THRESHOLD
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
@@ -240,7 +252,7 @@ class Int4Linear(nn.Module):
         if self.kernel:
             self.group_size = int4_kernel.GROUP_SIZES[0]
             codes = int4_kernel.quantize(weight, self.group_size)
-            self.error = _relative_error(self.kernel.dequantize(*codes), weight)
+            self.error = _relative_error(self.kernel, codes, weight)
             self.register_buffer("weight", self.kernel.packed(*codes))
             float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
             self.register_buffer("bias", float_bias)
@@ -323,20 +335,36 @@ def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
     return None
 
 
-def _relative_error(approximation: torch.Tensor, weight: torch.Tensor) -> float:
-    return float((approximation - weight.float()).norm() / weight.float().norm().clamp_min(1e-30))
+def _relative_error(
+    kernel: ModuleType, codes: tuple[torch.Tensor, ...], weight: torch.Tensor
+) -> float:
+    """|dequantized - weight| / |weight| (Frobenius), QUANTIZE_ROWS rows at a time."""
+    error = total = 0.0
+    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = slice(first, first + QUANTIZE_ROWS)
+        part = weight[rows].float()
+        approximation = kernel.dequantize(*(tensor[rows] for tensor in codes))
+        error += float((approximation - part).square().sum())
+        total += float(part.square().sum())
+    return (error / max(total, 1e-60)) ** 0.5
 
 
-def release_replaced(linear: nn.Linear, replacement: nn.Module) -> bool:
+def release_replaced(
+    linear: nn.Linear, replacement: nn.Module, mappings: tuple[FileMapping, ...] = ()
+) -> bool:
     """Frees `linear`'s weight when `replacement` holds its own copy (prepacked, quantized),
     so that a model converted layer by layer never holds both at once; the model `linear`
-    belongs to can no longer run. Whether it was freed."""
+    belongs to can no longer run. A weight read from a model file mapped into memory (one
+    of `mappings`, `pages.clean_file_mappings()`) also gives its pages back, which the
+    mapping would otherwise keep (a tied embedding reads them again as it needs them).
+    Whether it was freed."""
     if replacement is linear:
         return False
     original = _storage(linear.weight)
     for tensor in (*replacement.parameters(), *replacement.buffers()):
         if tensor is not None and _storage(tensor) == original:
             return False  # the replacement computes from the original itself
+    drop_pages(linear.weight.detach(), mappings)
     linear.weight = nn.Parameter(linear.weight.new_empty(0), requires_grad=False)
     return True
 
