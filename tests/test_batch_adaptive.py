@@ -14,12 +14,14 @@ from decision_scenarios import SCENARIOS, Outcome, Planned, trace
 from round_helpers import make_round
 
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep
+from dynaspec.policies.adaptive import AdaptiveConfig
 from dynaspec.policies.batch_adaptive import (
     BatchAdaptivePolicy,
     batch_round,
     packed_round,
     weighted_rate,
 )
+from dynaspec.policies.lookup_acceptance import LookupPrior
 
 TRACES = json.loads((Path(__file__).parent / "data" / "decision_traces.json").read_text())
 
@@ -113,7 +115,8 @@ def test_a_rows_copy_is_weighed_at_the_batchs_rate_never_below_its_rows() -> Non
     # fallen to 1 token per batch step (speculation losing); its 2 rows yield 2 with the
     # target alone, so copied token j pays while 0.8^j > 2 x 0.05: j <= 10 of the 12 on
     # offer (at rho = 1, as alone, all 12).
-    policy = BatchAdaptivePolicy(rows=2, max_tokens=20)
+    flat = AdaptiveConfig(max_tokens=20, lookup=LookupPrior(acceptance=(0.8,) * 7))
+    policy = BatchAdaptivePolicy(rows=2, max_tokens=20, config=flat)
     policy.shared.rate = 1.0
     match = DraftOptions(None, torch.zeros(12, dtype=torch.long), 2)
     plans = policy.plan([match, match], [50, 50])

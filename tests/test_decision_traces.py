@@ -3,7 +3,9 @@ rounds (tests/decision_scenarios.py) replayed through today's policies give the 
 traces, recorded with the policies of 141d887; `adaptive`'s re-recorded when V(1) was
 split from the line through forwards over several tokens and a draft (or a copy) was judged
 over its whole length (23 of its 27 traces changed by a token or so; the simulated
-throughput of every scenario within 1%)."""
+throughput of every scenario within 1%); the lookup and hybrid ones again when copied
+tokens got a prior per agreement (18 of 18 changed; simulated throughput 0.97-1.05x, the
+scenarios accepting every copy alike whatever its agreement)."""
 
 from __future__ import annotations
 

@@ -12,13 +12,21 @@ from round_helpers import make_round
 
 from dynaspec.core.round import DraftOptions, DraftPlan
 from dynaspec.policies import AdaptivePolicy
-from dynaspec.policies.lookup_acceptance import LookupAcceptance, agreement_bucket
+from dynaspec.policies.adaptive import AdaptiveConfig
+from dynaspec.policies.lookup_acceptance import LookupAcceptance, LookupPrior, agreement_bucket
+
+# The arithmetic below is worked with one prior for every agreement: b = 0.8.
+FLAT = LookupPrior(acceptance=(0.8,) * 7)
+
+
+def flat_policy() -> AdaptivePolicy:
+    return AdaptivePolicy(config=AdaptiveConfig(max_tokens=20, lookup=FLAT))
 
 
 def measured(prefill_s_per_token: float, step_s: float = 0.2) -> AdaptivePolicy:
     """A policy that has timed the target's prefill (200 tokens) and one decoding step: the
     verification slope is then prefill_s_per_token / step_s target steps per token."""
-    policy = AdaptivePolicy(max_tokens=20)
+    policy = flat_policy()
     policy.update(make_round(0, 0, (), 0.0, prefill_s_per_token * 200, 200))
     policy.update(make_round(0, 0, (), 0.0, step_s, 1))
     return policy
@@ -46,7 +54,7 @@ def test_agreement_buckets() -> None:
 def test_fresh_policy_copies_while_the_prefix_pays() -> None:
     # Priors: b = 0.8 per copied token, V(n) = 1 + 0.05 (n - 1), rate 1: copy j pays while
     # 0.8^j > 0.05, i.e. up to j = 13: the whole 10-token continuation.
-    assert sources(AdaptivePolicy().plan(copy_only(10, 2), None)) == (10, 0)
+    assert sources(flat_policy().plan(copy_only(10, 2), None)) == (10, 0)
 
 
 def test_expensive_verification_copies_less() -> None:
@@ -158,7 +166,7 @@ def test_lookup_acceptance_counts_known_outcomes_only() -> None:
 
 
 def test_a_copy_that_runs_on_is_trusted_more() -> None:
-    table = LookupAcceptance()
+    table = LookupAcceptance(FLAT)
     for _ in range(20):  # 2-token matches: the first copied token right 1 time in 4
         for accepted in (1, 0, 0, 0):
             table.learn(agreement=2, num_copied=1, num_accepted=accepted)
@@ -171,6 +179,19 @@ def test_a_copy_that_runs_on_is_trusted_more() -> None:
     assert rates[2:5] == [pytest.approx(0.8)] * 3
     assert rates[5:] == [pytest.approx((80 + 1.6 + 1.6) / 84)] * 2
     assert table.acceptance(2, 30) == rates[5]  # 2 + 30 = 32 tokens of agreement
+
+
+def test_the_default_prior_trusts_short_agreements_less() -> None:
+    # A fresh policy with the default prior (b = 0.25 at agreement 1, 0.45 at 2-3, 0.75 at
+    # 4-7, 0.9 from 8): a 1-token match's copy pays for 2 tokens (0.25, 0.11 > 0.05 >
+    # 0.05 - ...), a long agreement's for all 10 (0.9^10 = 0.35 > 0.05).
+    policy = AdaptivePolicy()
+    assert policy.lookup.prefix_probs(1, 3) == pytest.approx([0.25, 0.1125, 0.050625])
+    assert sources(policy.plan(copy_only(10, 1), None))[0] < 4
+    assert sources(policy.plan(copy_only(10, 8), None)) == (10, 0)
+    # Against a draft model, a 1-token match gives way; a flat 0.8 prior copied it.
+    assert sources(AdaptivePolicy().plan(offer(1, 10, 1), 100)) == (0, 20)
+    assert sources(flat_policy().plan(offer(1, 10, 1), 100))[0] > 0
 
 
 @given(
@@ -191,5 +212,5 @@ def test_learned_rates_are_probabilities_that_never_fall_with_agreement(
     # Pooling keeps the evidence: weighted by observations + prior weight, the mean is kept.
     weights = [total + table.prior.weight for total in table.total]
     kept = sum(rate * weight for rate, weight in zip(rates, weights, strict=True))
-    hits = sum(table.accepted) + table.prior.weight * table.prior.acceptance * len(weights)
+    hits = sum(table.accepted) + table.prior.weight * sum(table.prior.acceptance)
     assert kept == pytest.approx(hits)

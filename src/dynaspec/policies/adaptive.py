@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from dynaspec.core.round import Choice, DraftOptions, DraftPlan, DraftStep, Round, StopReason
 from dynaspec.policies.calibration import Calibration
 from dynaspec.policies.costs import CostModel
-from dynaspec.policies.lookup_acceptance import LookupAcceptance
+from dynaspec.policies.lookup_acceptance import LookupAcceptance, LookupPrior
 from dynaspec.policies.prober import Prober
 from dynaspec.policies.source_plan import plan_with_copy
 
@@ -50,6 +50,7 @@ class AdaptiveConfig:
     #                            savings over the tokens left are this many times the cost
     min_prefill_tokens: int = 16  # a target forward over at least this many unseen tokens
     #                              times the target's prefill (per token)
+    lookup: LookupPrior = LookupPrior()  # copied tokens' acceptance per agreement, until learnt
 
 
 class AdaptivePolicy:
@@ -70,7 +71,7 @@ class AdaptivePolicy:
         )
         self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
         self.prober = Prober(cfg.probe_interval, cfg.max_probe_interval)  # the draft model's
-        self.lookup = LookupAcceptance()  # acceptance of copied tokens, and its prober
+        self.lookup = LookupAcceptance(cfg.lookup)  # copied tokens' acceptance, its prober
 
     def new_costs(self) -> CostModel:
         """A cost model holding the priors only."""
