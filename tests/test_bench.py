@@ -407,3 +407,20 @@ def test_command_line():
     assert bench_args.equivalent_command(args) == (
         "dynaspec bench --smoke --n 3 --methods dynamic,oracle --out 'a b'"
     )
+
+
+def test_another_engines_divergence_is_a_peer_not_a_bug_of_dynaspecs():
+    from dataclasses import replace
+
+    from dynaspec.eval.bench.aggregate import mismatch_counts
+    from dynaspec.eval.bench.report import _mismatch_line
+    from dynaspec.eval.bench.tables import format_mismatches
+
+    ours = _record("code", "p", "hybrid", 1.0, matches_target=False)
+    peer = _record("code", "p", "openvino-spec", 1.0, matches_target=False)
+    peer = replace(peer, measurement=replace(peer.measurement, family="openvino"))
+    tie = _record("code", "p", "adaptive", 1.0, matches_target=False, kind="tie")
+    counts = mismatch_counts([ours, peer, tie])["code"]
+    assert format_mismatches(counts) == "3 (1 tie, 1 BUG, 1 peer)"
+    assert _mismatch_line(peer).startswith("- **peer** openvino-spec")
+    assert _mismatch_line(ours).startswith("- **BUG** hybrid")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dynaspec.eval.bench.methods import METHODS
+from dynaspec.eval.bench.methods import METHODS, PEER_FAMILIES
 from dynaspec.eval.bench.record import BenchRecord
 
 ALL_TASKS_ROW = "all"
@@ -85,15 +85,23 @@ def pooled_accepted_per_round(records: Iterable[BenchRecord], method: str) -> di
     return {task: accepted[task] / rounds[task] for task in rounds if rounds[task]}
 
 
+def mismatch_kind(record: BenchRecord) -> str:
+    """A mismatch's kind: "tie" or "BUG" (classified), or "peer" (another engine's output
+    that differs from its own target alone's: not dynaspec's, not classified)."""
+    if record.mismatch is not None and record.mismatch.kind:
+        return record.mismatch.kind
+    return "peer" if record.measurement.family in PEER_FAMILIES else "BUG"
+
+
 def mismatch_counts(records: Iterable[BenchRecord]) -> dict[str, Counter[str]]:
-    """task (and "all") -> Counter of mismatch kinds ("tie", "BUG") over every method."""
+    """task (and "all") -> Counter of mismatch kinds ("tie", "BUG", "peer") over every
+    method."""
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for record in records:
         for task in (record.task, ALL_TASKS_ROW):
             counts[task]["records"] += 1
             if record.matches_target is False:  # None: not compared
-                kind = (record.mismatch.kind if record.mismatch else None) or "BUG"
-                counts[task][kind] += 1
+                counts[task][mismatch_kind(record)] += 1
     return dict(counts)
 
 

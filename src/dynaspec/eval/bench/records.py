@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from dynaspec.eval.bench.aggregate import median
+from dynaspec.eval.bench.aggregate import median, mismatch_kind
 from dynaspec.eval.bench.args import DEFAULT_MAX_NEW_TOKENS
-from dynaspec.eval.bench.methods import DEFAULT_METHODS, PEER_FAMILIES, WARMUP_TOKENS
+from dynaspec.eval.bench.methods import DEFAULT_METHODS, WARMUP_TOKENS
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.hf_peer import sklearn_available
 from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
@@ -111,7 +111,7 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
             f"  mismatches {len(bad)}/{len(rows)}"
         )
     mismatches = result.mismatches
-    kinds = Counter(_kind(r) for r in mismatches)
+    kinds = Counter(mismatch_kind(r) for r in mismatches)
     peers = f", {kinds['peer']} of other engines" if kinds.get("peer") else ""
     lines.append(
         f"mismatches: {len(mismatches)} ({kinds.get('tie', 0)} tie, {kinds.get('BUG', 0)} BUG"
@@ -121,20 +121,12 @@ def summary_text(result: BenchResult, out_dir: Path | None = None) -> str:
         info = record.mismatch
         lines.append(
             f"  !!! {record.method} {record.task}/{record.prompt_id}: "
-            f"{_kind(record)} at new token {info.position if info else None}"
+            f"{mismatch_kind(record)} at new token {info.position if info else None}"
             + (f", {info.steps:.1f} steps" if info and info.steps is not None else "")
         )
     if out_dir is not None:
         lines.append(f"results: {out_dir}/results.jsonl, table: {out_dir}/table.md")
     return "\n".join(lines)
-
-
-def _kind(record: BenchRecord) -> str:
-    """A mismatch's kind: "tie" or "BUG" (classified), or "peer" (another engine's output
-    that differs from its own target alone's: not dynaspec's, not classified)."""
-    if record.mismatch is not None:
-        return record.mismatch.kind
-    return "peer" if record.measurement.family in PEER_FAMILIES else "BUG"
 
 
 def _median_or_nan(values: Sequence[float]) -> float:

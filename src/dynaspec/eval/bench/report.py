@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dynaspec.eval.bench.aggregate import mismatch_kind
 from dynaspec.eval.bench.args import SMOKE_NOTE
 from dynaspec.eval.bench.fast_report import fast_section
 from dynaspec.eval.bench.methods import SPEEDUP_COLUMNS
@@ -103,7 +104,8 @@ def render_markdown(records: Sequence[BenchRecord], plots: Sequence[str] = ()) -
         "per-prompt wall time of transformers' prompt lookup (10 tokens) / dynaspec's hybrid "
         "(> 1: the hybrid faster). `mismatches`: outputs that "
         "differ from the target alone, over every method (tie: the target's top logits "
-        "within a few dtype steps; BUG: anything else).",
+        "within a few dtype steps; BUG: anything else; peer: another engine's output that "
+        "differs from its own target alone's).",
         "",
         "Per method, all prompts:",
         "",
@@ -121,6 +123,12 @@ def render_markdown(records: Sequence[BenchRecord], plots: Sequence[str] = ()) -
 def _mismatch_line(record: BenchRecord) -> str:
     info = record.mismatch
     if info is None:
+        if mismatch_kind(record) == "peer":
+            return (
+                f"- **peer** {record.method} on {record.task}/{record.prompt_id}: another "
+                "engine's output that differs from its own target alone's (not classified: "
+                "no logits)"
+            )
         return (
             f"- **BUG** {record.method} on {record.task}/{record.prompt_id}: new token None, "
             "target None vs None"

@@ -55,10 +55,12 @@ def markdown_table(
 def format_mismatches(counts: Counter[str] | None) -> str:
     if not counts:
         return "0"
-    total = counts.get("tie", 0) + counts.get("BUG", 0)
+    peers = counts.get("peer", 0)
+    total = counts.get("tie", 0) + counts.get("BUG", 0) + peers
     if not total:
         return "0"
-    return f"{total} ({counts.get('tie', 0)} tie, {counts.get('BUG', 0)} BUG)"
+    other = f", {peers} peer" if peers else ""
+    return f"{total} ({counts.get('tie', 0)} tie, {counts.get('BUG', 0)} BUG{other})"
 
 
 def times(value: float | None) -> str:
