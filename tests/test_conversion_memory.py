@@ -115,7 +115,7 @@ def test_int4_codes_a_few_rows_at_a_time_are_the_whole_matrixs(monkeypatch) -> N
     for part, expected in zip(int4_kernel.quantize(weight, 32), whole, strict=True):
         assert torch.equal(part, expected)
     codes = (whole[0], whole[1], whole[2])
-    error = quant._relative_error(int4_kernel, codes, weight)
+    error = int4_kernel.relative_error(codes, weight)
     direct = (int4_kernel.dequantize(*codes) - weight.float()).norm() / weight.float().norm()
     assert error == pytest.approx(float(direct), rel=1e-5)
 

@@ -144,6 +144,18 @@ def _step(groups: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(smallest.squeeze(-1)), mean, span)
 
 
+def relative_error(codes: tuple[torch.Tensor, ...], weight: torch.Tensor) -> float:
+    """|dequantize(*codes) - weight| / |weight| (Frobenius), QUANTIZE_ROWS rows at a time."""
+    error = total = 0.0
+    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = slice(first, first + QUANTIZE_ROWS)
+        part = weight[rows].float()
+        approximation = dequantize(*(tensor[rows] for tensor in codes))
+        error += float((approximation - part).square().sum())
+        total += float(part.square().sum())
+    return (error / max(total, 1e-60)) ** 0.5
+
+
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     """The float32 (N, K) weights the codes stand for."""
     rows, columns = codes.shape

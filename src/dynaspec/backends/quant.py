@@ -72,7 +72,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import int4_bf16_kernel, int4_kernel, int8_bf16_kernel, int8_kernel
+from dynaspec.backends import (
+    int4_bf16_kernel,
+    int4_cache,
+    int4_kernel,
+    int8_bf16_kernel,
+    int8_kernel,
+)
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
@@ -251,9 +257,8 @@ class Int4Linear(nn.Module):
         self.kernel = _int4_kernel(weight.dtype, out_features, in_features)
         if self.kernel:
             self.group_size = int4_kernel.GROUP_SIZES[0]
-            codes = int4_kernel.quantize(weight, self.group_size)
-            self.error = _relative_error(self.kernel, codes, weight)
-            self.register_buffer("weight", self.kernel.packed(*codes))
+            packed, self.error = int4_cache.packed_layer(weight, self.group_size, self.kernel)
+            self.register_buffer("weight", packed)
             float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
             self.register_buffer("bias", float_bias)
             self.scale_and_zero = None
@@ -333,20 +338,6 @@ def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
     if dtype == torch.bfloat16 and int4_bf16_kernel.supports(out_features, in_features):
         return int4_bf16_kernel
     return None
-
-
-def _relative_error(
-    kernel: ModuleType, codes: tuple[torch.Tensor, ...], weight: torch.Tensor
-) -> float:
-    """|dequantized - weight| / |weight| (Frobenius), QUANTIZE_ROWS rows at a time."""
-    error = total = 0.0
-    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
-        rows = slice(first, first + QUANTIZE_ROWS)
-        part = weight[rows].float()
-        approximation = kernel.dequantize(*(tensor[rows] for tensor in codes))
-        error += float((approximation - part).square().sum())
-        total += float(part.square().sum())
-    return (error / max(total, 1e-60)) ** 0.5
 
 
 def release_replaced(
