@@ -174,3 +174,32 @@ def test_packed_linear_layers_see_only_the_rows_tokens(models) -> None:
         hook.remove()
     hidden = adapter.decoder.embed_tokens.weight.shape[1]
     assert seen[-1] == sum(sizes) * hidden
+
+
+def test_a_rows_long_forward_beside_short_ones_attends_row_by_row(models, monkeypatch) -> None:
+    """One row fed many tokens (a catch-up) beside rows fed one or none: each row attends
+    with its own tokens over its own slots (`ragged_attention`), and the logits are the
+    padded block's; when the rows fill most of the block, the block attends as one."""
+    from dynaspec.backends import decoder
+
+    _, _, fast_target, _ = models
+    calls: list[tuple[int, ...]] = []
+    ragged = decoder.ragged_attention
+
+    def counted(query, key_cache, value_cache, mask, packing, scaling):
+        calls.append(packing.sizes)
+        return ragged(query, key_cache, value_cache, mask, packing, scaling)
+
+    monkeypatch.setattr(decoder, "ragged_attention", counted)
+    sizes = [40, 1, 0, 1][: len(PROMPTS)]
+    padded_block = StaticBatchAdapter(fast_target)
+    padded_block.packs_rows = False
+    expected = ragged_forward(padded_block, sizes)
+    assert not calls
+    got = ragged_forward(StaticBatchAdapter(fast_target), sizes)
+    assert calls and calls[-1] == tuple(sizes)
+    for row, expect in zip(got, expected, strict=True):
+        torch.testing.assert_close(row, expect, rtol=1e-5, atol=1e-5)
+    full = [4, 3, 4, 4][: len(PROMPTS)]
+    ragged_forward(StaticBatchAdapter(fast_target), full)
+    assert calls[-1] != tuple(full)  # nearly full: one attention over the block

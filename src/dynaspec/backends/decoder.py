@@ -77,6 +77,10 @@ class Packing:
     take: torch.Tensor  # (N,) indices into the flattened (B * W) block
     rows: int  # B
     width: int  # W
+    # Per row: its tokens and the slots they attend; when given, each row attends over its
+    # own slots with its own queries (`ragged_attention`) instead of the padded block's.
+    sizes: tuple[int, ...] = ()
+    attend: tuple[int, ...] = ()
 
     def pack(self, block: torch.Tensor) -> torch.Tensor:
         """(B, W, F) -> (1, N, F): the cells with a token."""
@@ -132,6 +136,9 @@ class StaticAttention(nn.Module):
             slots = positions[:, None, :, None].expand(-1, self.num_kv_heads, -1, self.head_dim)
             key_cache.scatter_(2, slots, key)
             value_cache.scatter_(2, slots, value)
+        if packing is not None and packing.sizes:
+            ragged = ragged_attention(query, key_cache, value_cache, mask, packing, self.scaling)
+            return self.o_proj(ragged)
         out = grouped_attention(query, key_cache, value_cache, mask, self.scaling)
         merged = out.transpose(1, 2).reshape(rows, n, self.num_heads * self.head_dim)
         return self.o_proj(merged if packing is None else packing.pack(merged))
@@ -162,6 +169,34 @@ def grouped_attention(
     scores = scores.view(rows, kv_heads, groups, n, attend).masked_fill(hidden, float("-inf"))
     weights = scores.softmax(dim=-1).to(query.dtype).view(rows, kv_heads, groups * n, attend)
     return (weights @ values).view(rows, heads, n, dim)
+
+
+def ragged_attention(
+    query: torch.Tensor,  # (B, heads, W, d)
+    key_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    value_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    mask: torch.Tensor,  # (B, W, A) bool
+    packing: Packing,
+    scaling: float,
+) -> torch.Tensor:
+    """(1, N, heads * d) in the packed order: each row's own tokens over its own slots, so
+    that one row's long catch-up (hundreds of tokens) does not make every row attend with
+    as many queries over as many slots (measured in a batch of 8: a draft forward with one
+    row catching up 392 tokens took 3.3 s against 0.4 s with no other row in the block)."""
+    parts = []
+    for row, (size, attend) in enumerate(zip(packing.sizes, packing.attend, strict=True)):
+        if not size:
+            continue
+        one = slice(row, row + 1)
+        out = grouped_attention(
+            query[one, :, :size],
+            key_cache[one],
+            value_cache[one],
+            mask[one, :size, :attend],
+            scaling,
+        )  # (1, heads, size, d)
+        parts.append(out.transpose(1, 2).reshape(size, -1))
+    return torch.cat(parts)[None]
 
 
 class StaticBlock(nn.Module):

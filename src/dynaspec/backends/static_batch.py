@@ -24,7 +24,7 @@ Memory: 2 x layers x kv_heads x head_dim x bytes per cached token and row, for t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
@@ -32,7 +32,13 @@ import torch
 
 from dynaspec.backends.decoder import Packing
 from dynaspec.backends.hf_batch import HFBatchAdapter
-from dynaspec.backends.static import CAPACITY_STEP, StaticAdapter, causal_mask, round_up
+from dynaspec.backends.static import (
+    ATTEND_STEP,
+    CAPACITY_STEP,
+    StaticAdapter,
+    causal_mask,
+    round_up,
+)
 from dynaspec.errors import UnsupportedOptionError
 
 
@@ -139,7 +145,7 @@ class StaticBatchAdapter:
         positions = first + torch.arange(width, device=self.device)  # (B, W)
         mask = causal_mask(positions, max(starts) + width, self.capacity)  # (B, W, A)
         sizes = [tokens.numel() for tokens in real]
-        packing = self._packing(sizes, width)
+        packing = self._packing(sizes, width, starts, mask.shape[-1])
         hidden = self.decoder.hidden(
             ids, positions, mask, self._cos, self._sin, self.cache, packing=packing
         )  # (B, W, H), or (1, N, H) packed
@@ -154,13 +160,26 @@ class StaticBatchAdapter:
         logits = self.decoder.lm_head(torch.cat(picked))  # (sum of counts, V)
         return list(logits.split(counts))
 
-    def _packing(self, sizes: list[int], width: int) -> Packing | None:
+    def _packing(
+        self, sizes: list[int], width: int, starts: list[int], attend: int
+    ) -> Packing | None:
         """The cells of the (B, W) block that hold a row's tokens, for the linear layers to
-        run over those alone (`packs_rows`); None when every row fills the block."""
+        run over those alone (`packs_rows`); None when every row fills the block. Where
+        attending row by row, each with its own tokens over its own slots, costs less than
+        half of the padded block's attention (B x W queries over `attend` slots), the rows
+        attend so (`decoder.ragged_attention`)."""
         if not self.packs_rows or sum(sizes) == len(sizes) * width:
             return None
         take = [row * width + column for row, n in enumerate(sizes) for column in range(n)]
-        return Packing(torch.tensor(take, device=self.device), len(sizes), width)
+        packing = Packing(torch.tensor(take, device=self.device), len(sizes), width)
+        own = [
+            min(round_up(start + n, ATTEND_STEP), attend)
+            for start, n in zip(starts, sizes, strict=True)
+        ]
+        ragged = sum(n * slots for n, slots in zip(sizes, own, strict=True))
+        if 2 * ragged >= len(sizes) * width * attend:
+            return packing
+        return replace(packing, sizes=tuple(sizes), attend=tuple(own))
 
     def crop(self, num_tokens: Sequence[int]) -> None:
         """Row r keeps at most its first num_tokens[r] sequence tokens cached."""
