@@ -16,6 +16,7 @@ from round_helpers import make_round
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep
 from dynaspec.policies.adaptive import AdaptiveConfig
 from dynaspec.policies.batch_adaptive import (
+    MEASURED_FIRST,
     BatchAdaptivePolicy,
     batch_round,
     packed_round,
@@ -182,6 +183,33 @@ def test_each_batch_size_keeps_its_own_costs_and_rho_scales_with_the_rows() -> N
     assert policy.shared.rate == pytest.approx(6.0)
 
 
+def measured_draft(policy: BatchAdaptivePolicy) -> None:
+    """MEASURED_FIRST first drafted tokens judged, 80% accepted: a_1 stays at its prior 0.8,
+    and lagging rows may start together."""
+    calibration = policy.shared.calibration
+    calibration.first_total = float(MEASURED_FIRST)
+    calibration.first_accepted = 0.8 * MEASURED_FIRST
+    assert calibration.first_token_acceptance() == pytest.approx(0.8)
+
+
+def test_one_row_measures_the_draft_before_the_others_start() -> None:
+    # Every start would pay on the priors; until MEASURED_FIRST first drafted tokens are
+    # judged, one row drafts (the one with the most tokens left), the others wait.
+    policy = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
+    policy.shared.worth_starting = lambda *_: True  # type: ignore[method-assign]
+    policy.shared.costs.verify_times[1] = deque([0.2] * 3)
+    offers = [DraftOptions(101)] * 3
+    assert policy.ready(offers, [60, 80, 70], [1.0] * 3) == [1]
+    in_step = [DraftOptions(101), DraftOptions(1), DraftOptions(101)]
+    assert policy.ready(in_step, [60, 80, 70], [1.0] * 3) == [1]  # it drafts on alone
+    policy.shared.calibration.first_total = float(MEASURED_FIRST)
+    assert policy.ready(in_step, [60, 80, 70], [1.0] * 3) == [0, 1, 2]
+    # One row alone is no batch: it starts on the priors, as a single sequence does.
+    alone = BatchAdaptivePolicy(rows=1, max_tokens=20)
+    alone.shared.worth_starting = lambda *_: True  # type: ignore[method-assign]
+    assert alone.ready([DraftOptions(101)], [60], [1.0]) == [0]
+
+
 def test_lagging_rows_start_together_as_far_as_the_tokens_left_repay_their_catch_ups() -> None:
     policy = BatchAdaptivePolicy(rows=3, max_tokens=20, packed=True)
     asked = []
@@ -191,6 +219,7 @@ def test_lagging_rows_start_together_as_far_as_the_tokens_left_repay_their_catch
         return catchup <= most
 
     policy.shared.worth_starting = worth_starting  # type: ignore[method-assign]
+    measured_draft(policy)
     offers = [DraftOptions(2), DraftOptions(101), DraftOptions(51)]  # two rows lag
     even = [1.0, 1.0, 1.0]
     most = 1000
@@ -264,6 +293,7 @@ def test_a_packed_batch_starts_its_draft_on_the_verification_of_every_rows_draft
     costs.verify_times[9] = deque([0.2 + 8 * 0.02])
     costs.draft_costs.append(0.04)
     costs.catchup_costs.append(0.004)
+    measured_draft(policy)
     assert policy.shared.worth_starting(157, 20, width=1)
     assert not policy.shared.worth_starting(157, 20, width=4)
     # So not all 4 start; 2 do: 78 tokens of catch-up (1.56 steps) against 5.2 steps saved
