@@ -99,7 +99,9 @@ def _libc() -> ctypes.CDLL:
 def trim_heap() -> None:
     """Hand the C heap's free memory back to the system (glibc's `malloc_trim`): a layer's
     conversion frees tens of megabytes of temporaries that glibc would otherwise keep (about
-    1 GB over the 1.5B model's layers). Nothing where the C library is not glibc."""
-    trim = getattr(_libc(), "malloc_trim", None)
+    1 GB over the 1.5B model's layers). Nothing elsewhere than Linux with glibc."""
+    if not sys.platform.startswith("linux"):
+        return
+    trim = getattr(_libc(), "malloc_trim", None)  # None where the C library is not glibc
     if trim is not None:
         trim(0)
