@@ -87,3 +87,15 @@ def test_an_unwritable_cache_is_skipped(cache, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("DYNASPEC_CACHE", str(blocker))  # a file: no folder can be made in it
     packed, error = int4_cache.packed_layer(_weight(), 32, int4_bf16_kernel)
     assert packed.numel() > 0 and error >= 0.0
+
+
+def test_an_interrupted_write_leaves_no_partial_file(cache, monkeypatch) -> None:
+    import safetensors.torch
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(safetensors.torch, "save_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        int4_cache.packed_layer(_weight(), 32, int4_bf16_kernel)
+    assert list(int4_cache.folder().iterdir()) == []

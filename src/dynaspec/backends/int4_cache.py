@@ -94,5 +94,12 @@ def _write(path: Path, packed: torch.Tensor, error: float) -> None:
         save_file(tensors, temporary)
         os.replace(temporary, path)
     except OSError:  # a read-only or full disk: the codes are used uncached
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
+        _remove(temporary)
+    except BaseException:  # an interrupt: no half-written file left behind
+        _remove(temporary)
+        raise
+
+
+def _remove(temporary: str | None) -> None:
+    if temporary is not None:
+        Path(temporary).unlink(missing_ok=True)
