@@ -391,8 +391,8 @@ def test_max_time_stops_a_real_run_early() -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_processors_on_a_cuda_target_with_a_cpu_prompt(byte_pair: tuple) -> None:
-    target, draft, tokenizer = (copy.deepcopy(m) for m in byte_pair[:2]) + (byte_pair[2],)
-    target, draft = target.cuda(), draft.cuda()
+    target, draft = (copy.deepcopy(m).cuda() for m in byte_pair[:2])
+    tokenizer = byte_pair[2]
     prompt = torch.tensor([[72, 105, 33]])  # on the CPU, as a tokenizer returns it
     keywords = dict(CASES["everything"], eos_token_id=[40], stop_strings=["RIF"])
     expected = hf_reference(
