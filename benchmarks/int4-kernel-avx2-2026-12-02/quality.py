@@ -2,15 +2,16 @@
 forced over the same token ids (the figures in docs/fast-path.md and quant.py's
 INT4_TOLERANCE). Run from the repository root, nothing else running:
 
-    python benchmarks/int4-kernel-avx2-2026-12-02/quality.py
+    python benchmarks/int4-kernel-avx2-2026-12-02/quality.py [MODE ...]
 
 Texts: the first 320 tokens of four slices of this repository's docs and code. Variants:
-int8 and int4 (`make_fast(static=True, quantize=...)`) and llama.cpp on the q4_K_M GGUF
-(needs llama-cpp-python). Each variant loads the model anew (the fast copies free the
-originals' weights)."""
+the MODEs (`make_fast(static=True, quantize=MODE)`; default int8 and int4) and llama.cpp
+on the q4_K_M GGUF (needs llama-cpp-python). Each variant loads the model anew (the fast
+copies free the originals' weights)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ def main() -> None:
     with torch.no_grad():
         reference = [target(ids[None]).logits[0].float() for ids in sequences]
     del target
-    for quantize in ("int8", "int4"):
+    for quantize in sys.argv[1:] or ("int8", "int4"):
         fast = make_fast(load_model(TARGET)[0], static=True, quantize=quantize, release=True)
 
         def logits_of(ids, fast=fast):

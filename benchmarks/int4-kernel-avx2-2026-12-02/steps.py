@@ -1,13 +1,15 @@
-"""The int4 and int8 static 1.5B targets in one process, forwards of each interleaved, 200
-tokens cached: median ms of 5 for a forward over n = 1, 2, 4, 8, 16 new tokens (the T(n)
-figures in docs/fast-path.md and this folder's README). Run from the repository root,
-nothing else running:
+"""The static 1.5B target quantized each way (default int4 and int8; or the MODEs given, e.g.
+int8 w8a8) in one process, forwards of each interleaved, 200 tokens cached: median ms of 5
+for a forward over n new tokens (the T(n) figures in docs/fast-path.md, this folder's
+README and benchmarks/w8a8-avx512-2026-12-04). Run from the repository root, nothing else
+running:
 
-    python benchmarks/int4-kernel-avx2-2026-12-02/steps.py
+    python benchmarks/int4-kernel-avx2-2026-12-02/steps.py [MODE ...] [--sizes 1,2,4,6,8]
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -21,8 +23,14 @@ SIZES = (1, 2, 4, 8, 16)
 
 def main() -> None:
     torch.set_num_threads(2)
+    arguments = sys.argv[1:]
+    sizes = SIZES
+    if "--sizes" in arguments:
+        at = arguments.index("--sizes")
+        sizes = tuple(int(n) for n in arguments[at + 1].split(","))
+        arguments = arguments[:at] + arguments[at + 2 :]
     adapters = {}
-    for quantize in ("int4", "int8"):
+    for quantize in arguments or ("int4", "int8"):
         loaded = load_model("qwen2.5-coder-1.5b")
         adapters[quantize] = make_fast(loaded[0], static=True, quantize=quantize, release=True)
         del loaded
@@ -32,7 +40,7 @@ def main() -> None:
         adapter.forward(prompt[0], 1)
     times: dict[tuple[str, int], list[float]] = {}
     for _ in range(5):
-        for n in SIZES:
+        for n in sizes:
             for name, adapter in adapters.items():
                 adapter.crop(200)
                 tokens = torch.randint(100, 20000, (n,))
@@ -40,7 +48,7 @@ def main() -> None:
                 adapter.forward(tokens, n)
                 times.setdefault((name, n), []).append(time.perf_counter() - start)
     for name in adapters:
-        costs = " ".join(f"T({n})={1000 * np.median(times[(name, n)]):.0f}ms" for n in SIZES)
+        costs = " ".join(f"T({n})={1000 * np.median(times[(name, n)]):.0f}ms" for n in sizes)
         print(name, costs)
 
 

@@ -78,11 +78,12 @@ from dynaspec.backends import (
     int4_kernel,
     int8_bf16_kernel,
     int8_kernel,
+    w8a8_kernel,
 )
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
-QUANTIZE_MODES = ("int8", "int4")
+QUANTIZE_MODES = ("int8", "int4", "w8a8")
 
 # Int8Linear: above this many tokens, the dense kernel (kept codes, or a per-call conversion).
 DENSE_THRESHOLD = 4  # with codes kept as a dense matrix (a target's verification)
@@ -196,6 +197,7 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None,
         dense_batches: bool = False,
         prepack: bool = False,
+        kernel: ModuleType | None = None,
     ) -> None:
         super().__init__()
         compute_dtype = weight.dtype
@@ -204,7 +206,8 @@ class Int8Linear(nn.Module):
         # with AVX2 (backends/int8_kernel.py), bf16 on one with AVX512-BF16
         # (backends/int8_bf16_kernel.py); each holds its codes in its own tiled layout and
         # its scale and bias in float32.
-        self.kernel = _int8_kernel(compute_dtype, *weight.shape)
+        # `kernel` given: that one (w8a8_kernel quantizes the activations too).
+        self.kernel = kernel or _int8_kernel(compute_dtype, *weight.shape)
         keep = dense_batches and not self.kernel
         self.codes = DenseWeight(codes.to(compute_dtype), prepack) if keep else None
         codes = self.kernel.tiled(codes) if self.kernel else codes
@@ -303,6 +306,8 @@ def quantize_linear(
 
     mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8"/"int4":
     a quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
+    "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
+    int8 kernel (backends/w8a8_kernel.py; a model whose outputs are its own).
     """
     if mode is None:
         return PackedLinear(linear) if prepack and can_prepack(linear.weight) else linear
@@ -314,6 +319,8 @@ def quantize_linear(
         )
     if mode == "int8":
         return Int8Linear(weight, linear.bias, dense_batches, prepack)
+    if mode == "w8a8":
+        return Int8Linear(weight, linear.bias, kernel=_w8a8_kernel(*weight.shape))
     if mode == "int4":
         quantized = Int4Linear(weight, linear.bias)
         if quantized.error > INT4_TOLERANCE:  # finer than 4 bits: int8 keeps it
@@ -329,6 +336,22 @@ def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
     if dtype == torch.bfloat16 and int8_bf16_kernel.supports(out_features, in_features):
         return int8_bf16_kernel
     return None
+
+
+def _w8a8_kernel(out_features: int, in_features: int) -> ModuleType:
+    """The int8 x int8 kernel, or a ConfigError saying why it cannot serve this layer."""
+    if not w8a8_kernel.available():
+        raise ConfigError(
+            f"quantize='w8a8' needs dynaspec's int8 x int8 kernel, which does not run here: "
+            f"{w8a8_kernel.unavailable_reason()}; use quantize='int8' (weights only)"
+        )
+    if not w8a8_kernel.supports(out_features, in_features):
+        raise ConfigError(
+            f"quantize='w8a8' needs layer widths in multiples of {w8a8_kernel.ROWS} (out) and "
+            f"{w8a8_kernel.GROUP} (in); this model has a {in_features} -> {out_features} "
+            "layer: use quantize='int8'"
+        )
+    return w8a8_kernel
 
 
 def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:

@@ -145,13 +145,14 @@ def add_fast_arguments(parser: ArgumentTarget) -> None:
     )
     parser.add_argument(
         "--quantize",
-        choices=("int8", "int4"),
+        choices=("int8", "int4", "w8a8"),
         default=None,
-        help="weight-only quantization of target and draft (with a static KV cache)",
+        help="quantization of target and draft (with a static KV cache): int8 and int4 "
+        "weights only; w8a8 int8 weights and activations (AVX512-VNNI; its own outputs)",
     )
     parser.add_argument(
         "--draft-quantize",
-        choices=("none", "int8", "int4"),
+        choices=("none", "int8", "int4", "w8a8"),
         default=None,
         help="the draft's quantization, apart from the target's (default: as --quantize)",
     )

@@ -61,7 +61,7 @@ class FastMethod:
     """A decoding method on fast adapters."""
 
     name: str  # as given to --methods
-    target: str  # target variant: "bf16" (prepacked), "int8" or "int4"
+    target: str  # target variant: "bf16" (prepacked), "int8", "int4" or "w8a8"
     draft: str | None  # draft variant ("int8", "int4"), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
@@ -99,6 +99,13 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
         ),
+        # int8 weights and activations (backends/w8a8_kernel.py, AVX512-VNNI): a target of
+        # its own, whose verification of 6-8 tokens costs less than the bf16 int8 kernel's.
+        FastMethod("w8a8-target", "w8a8", None, None, "w8a8 static-cache target alone"),
+        FastMethod(
+            "w8a8-adaptive", "w8a8", "int8", "w8a8-target", "w8a8 target, int8 draft, adaptive"
+        ),
+        FastMethod("w8a8-hybrid", "w8a8", "int8", "w8a8-target", "w8a8, int8 draft + lookup", True),
         # Both models prepacked in the model's dtype: on an AVX2-only CPU (float32) torch's
         # int8/int4 kernels cost more per token than float32 itself.
         FastMethod("static-adaptive", "bf16", "bf16", "static-target", "static target and draft"),
@@ -146,6 +153,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "bf16": {"prepack": True},
     "int8": {"quantize": "int8", "prepack": True},
     "int4": {"quantize": "int4", "prepack": True},
+    "w8a8": {"quantize": "w8a8", "prepack": True},
 }
 
 
