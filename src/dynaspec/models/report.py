@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import os
 
-from dynaspec.backends import int4_bf16_kernel, int4_kernel, int8_bf16_kernel, int8_kernel
+from dynaspec.backends import (
+    int4_bf16_kernel,
+    int4_kernel,
+    int8_bf16_kernel,
+    int8_kernel,
+    w8a8_kernel,
+)
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import default_pair_name, model_presets, pair_presets
@@ -77,6 +83,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append(int8_bf16_kernel.readiness())
     lines.append(int4_kernel.readiness())
     lines.append(int4_bf16_kernel.readiness())
+    lines.append(w8a8_kernel.readiness())
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)
