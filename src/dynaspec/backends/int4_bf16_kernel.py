@@ -20,7 +20,7 @@ import ctypes
 import torch
 
 from dynaspec.backends import int4_kernel
-from dynaspec.backends.kernel_build import Kernel, KernelSpec
+from dynaspec.backends.kernel_build import Kernel, KernelSpec, packed_matmul
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
@@ -89,25 +89,9 @@ def int4_bf16_matmul(
 ) -> torch.Tensor:
     """rows (M, K) bf16 @ w.T + bias (N,) float32: (M, N) float32, where `codes` is
     `packed(...)` of the weights w (N, K) in groups of `group` (32) columns."""
-    function = KERNEL.function()
-    if function is None:
-        raise RuntimeError(f"the int4bf16 kernel is not available: {unavailable_reason()}")
     if group != GROUP:
         raise ValueError(f"the int4 bf16 kernel takes groups of {GROUP} columns, got {group}")
-    rows = rows.to(torch.bfloat16).contiguous()
-    num_out = codes.shape[0] * ROWS
-    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
-    function(
-        rows.data_ptr(),
-        rows.shape[0],
-        rows.shape[1],
-        codes.data_ptr(),
-        None if bias is None else bias.data_ptr(),
-        num_out,
-        out.data_ptr(),
-        torch.get_num_threads(),
-    )
-    return out
+    return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias)
 
 
 matmul = int4_bf16_matmul  # what Int4Linear calls, whichever of the int4 kernels it holds

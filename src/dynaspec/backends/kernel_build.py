@@ -154,6 +154,31 @@ def scaled_matmul(
     return out
 
 
+def packed_matmul(
+    kernel: Kernel, rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """rows @ w.T + bias, (M, N) float32, by a 4-bit kernel whose C function takes (x, T, K,
+    packed, bias, N, y, threads) and whose layout holds 64 rows a tile (`packed.shape[0]`
+    tiles); `rows` (M, K) contiguous in its dtype."""
+    function = kernel.function()
+    if function is None:
+        name = kernel.spec.name
+        raise RuntimeError(f"the {name} kernel is not available: {kernel.unavailable_reason()}")
+    num_out = packed.shape[0] * 64
+    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
+    function(
+        rows.data_ptr(),
+        rows.shape[0],
+        rows.shape[1],
+        packed.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        num_out,
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    return out
+
+
 def compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
 

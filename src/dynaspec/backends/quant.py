@@ -78,12 +78,13 @@ from dynaspec.backends import (
     int4_kernel,
     int8_bf16_kernel,
     int8_kernel,
+    w4a8_kernel,
     w8a8_kernel,
 )
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
-QUANTIZE_MODES = ("int8", "int4", "w8a8")
+QUANTIZE_MODES = ("int8", "int4", "w8a8", "w4a8")
 
 # Int8Linear: above this many tokens, the dense kernel (kept codes, or a per-call conversion).
 DENSE_THRESHOLD = 4  # with codes kept as a dense matrix (a target's verification)
@@ -252,12 +253,15 @@ class Int4Linear(nn.Module):
     group of `group_size` (128 where the width allows).
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: ModuleType | None = None
+    ) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         self.in_features = in_features
         self.out_features = out_features
-        self.kernel = _int4_kernel(weight.dtype, out_features, in_features)
+        # `kernel` given: that one (w4a8_kernel quantizes the activations too).
+        self.kernel = kernel or _int4_kernel(weight.dtype, out_features, in_features)
         if self.kernel:
             self.group_size = int4_kernel.GROUP_SIZES[0]
             packed, self.error = int4_cache.packed_layer(weight, self.group_size, self.kernel)
@@ -307,7 +311,9 @@ def quantize_linear(
     mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8"/"int4":
     a quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
     "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
-    int8 kernel (backends/w8a8_kernel.py; a model whose outputs are its own).
+    int8 kernel (backends/w8a8_kernel.py; a model whose outputs are its own). "w4a8": the
+    int4 codes on the 4-bit x int8 kernel (backends/w4a8_kernel.py), layers finer than 4 bits
+    as w8a8.
     """
     if mode is None:
         return PackedLinear(linear) if prepack and can_prepack(linear.weight) else linear
@@ -320,7 +326,14 @@ def quantize_linear(
     if mode == "int8":
         return Int8Linear(weight, linear.bias, dense_batches, prepack)
     if mode == "w8a8":
-        return Int8Linear(weight, linear.bias, kernel=_w8a8_kernel(*weight.shape))
+        return Int8Linear(weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape))
+    if mode == "w4a8":
+        four = Int4Linear(weight, linear.bias, _integer_kernel(w4a8_kernel, *weight.shape))
+        if four.error > INT4_TOLERANCE:  # finer than 4 bits: int8, the same activations
+            return Int8Linear(
+                weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape)
+            )
+        return four
     if mode == "int4":
         quantized = Int4Linear(weight, linear.bias)
         if quantized.error > INT4_TOLERANCE:  # finer than 4 bits: int8 keeps it
@@ -338,20 +351,21 @@ def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
     return None
 
 
-def _w8a8_kernel(out_features: int, in_features: int) -> ModuleType:
-    """The int8 x int8 kernel, or a ConfigError saying why it cannot serve this layer."""
-    if not w8a8_kernel.available():
+def _integer_kernel(kernel: ModuleType, out_features: int, in_features: int) -> ModuleType:
+    """`kernel` (w8a8_kernel or w4a8_kernel: int8 activations), or a ConfigError saying why
+    it cannot serve this layer."""
+    mode = kernel.SPEC.name
+    if not kernel.available():
         raise ConfigError(
-            f"quantize='w8a8' needs dynaspec's int8 x int8 kernel, which does not run here: "
-            f"{w8a8_kernel.unavailable_reason()}; use quantize='int8' (weights only)"
+            f"quantize={mode!r} needs dynaspec's {mode} kernel, which does not run here: "
+            f"{kernel.unavailable_reason()}; use quantize='int8' (weights only)"
         )
-    if not w8a8_kernel.supports(out_features, in_features):
+    if not kernel.supports(out_features, in_features):
         raise ConfigError(
-            f"quantize='w8a8' needs layer widths in multiples of {w8a8_kernel.ROWS} (out) and "
-            f"{w8a8_kernel.GROUP} (in); this model has a {in_features} -> {out_features} "
-            "layer: use quantize='int8'"
+            f"quantize={mode!r} needs layer widths in multiples of 64 (out) and 128 (in); "
+            f"this model has a {in_features} -> {out_features} layer: use quantize='int8'"
         )
-    return w8a8_kernel
+    return kernel
 
 
 def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:

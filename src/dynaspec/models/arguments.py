@@ -145,14 +145,15 @@ def add_fast_arguments(parser: ArgumentTarget) -> None:
     )
     parser.add_argument(
         "--quantize",
-        choices=("int8", "int4", "w8a8"),
+        choices=("int8", "int4", "w8a8", "w4a8"),
         default=None,
         help="quantization of target and draft (with a static KV cache): int8 and int4 "
-        "weights only; w8a8 int8 weights and activations (AVX512-VNNI; its own outputs)",
+        "weights only; w8a8 and w4a8 int8 or 4-bit weights with int8 activations "
+        "(AVX512-VNNI; outputs of their own)",
     )
     parser.add_argument(
         "--draft-quantize",
-        choices=("none", "int8", "int4", "w8a8"),
+        choices=("none", "int8", "int4", "w8a8", "w4a8"),
         default=None,
         help="the draft's quantization, apart from the target's (default: as --quantize)",
     )

@@ -9,6 +9,7 @@ from dynaspec.backends import (
     int4_kernel,
     int8_bf16_kernel,
     int8_kernel,
+    w4a8_kernel,
     w8a8_kernel,
 )
 from dynaspec.models import cache as model_cache
@@ -84,6 +85,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append(int4_kernel.readiness())
     lines.append(int4_bf16_kernel.readiness())
     lines.append(w8a8_kernel.readiness())
+    lines.append(w4a8_kernel.readiness())
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)

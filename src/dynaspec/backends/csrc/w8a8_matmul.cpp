@@ -20,69 +20,21 @@
 // -ffp-contract=off), whatever T and the blocking are. So a row of a T-token product is
 // bitwise the one-token product, and w8a8_kernel.reference computes the same bits.
 //
-// Built at first use by dynaspec/backends/kernel_build.py (-O3 -mavx512f -mavx512bw
-// -mavx512vnni -fopenmp), linked to torch's own OpenMP runtime.
+// Passes of 6 tokens (2 to 5 padded with zero tokens) as int8_activations.h says. Built at
+// first use by dynaspec/backends/kernel_build.py (-O3 -mavx512f -mavx512bw -mavx512vnni
+// -fopenmp), linked to torch's own OpenMP runtime.
 #include "bf16_tiles.h"
-
-#include <math.h>
-
-#include <vector>
+#include "int8_activations.h"
 
 namespace {
 
 using bf16_tiles::Out;
 using bf16_tiles::ROWS;
 using bf16_tiles::V;
+using namespace int8_activations;
 
-constexpr int GROUP = 128;             // activation columns sharing one scale
-constexpr int QUADS = GROUP / 4;       // column quads a group
-constexpr int TOKENS = 6;              // tokens a pass over a tile: 24 accumulators
+constexpr int QUADS = GROUP / 4;       // column quads an activation group
 constexpr int PREFETCH = 1024;         // bytes ahead in a tile's stream
-
-// acc += the four products of unsigned bytes u and signed bytes s per 32-bit lane
-// (VPDPBUSD). In assembly: around the intrinsic GCC 12 copies the accumulator out and back
-// (two register moves an instruction in the inner loop; measured slower).
-inline void dpbusd(__m512i& acc, __m512i u, __m512i s) {
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-}
-
-inline float bf16_to_float(uint16_t v) {
-    const uint32_t bits = static_cast<uint32_t>(v) << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// The activations of every token as int8 codes (T, K), scales and corrections (T, K/GROUP).
-struct Activations {
-    std::vector<int8_t> codes;
-    std::vector<float> scale;
-    std::vector<int32_t> corr;
-
-    // Rows past T (up to `rows`) are zeros: tokens that add nothing, computed and dropped.
-    Activations(const uint16_t* x, int T, int K, int rows) : codes(static_cast<size_t>(rows) * K),
-        scale(static_cast<size_t>(rows) * (K / GROUP)), corr(static_cast<size_t>(rows) * (K / GROUP)) {
-        const int groups = K / GROUP;
-        for (int t = 0; t < T; ++t)
-            for (int g = 0; g < groups; ++g) quantize(x, K, t, g, groups);
-    }
-
-    void quantize(const uint16_t* x, int K, int t, int g, int groups) {
-        const uint16_t* in = x + static_cast<int64_t>(t) * K + g * GROUP;
-        int8_t* out = codes.data() + static_cast<int64_t>(t) * K + g * GROUP;
-        float top = 0.0f;
-        for (int k = 0; k < GROUP; ++k) top = fmaxf(top, fabsf(bf16_to_float(in[k])));
-        const float s = top / 127.0f;
-        int32_t sum = 0;
-        for (int k = 0; k < GROUP; ++k) {
-            const float q = s > 0.0f ? nearbyintf(bf16_to_float(in[k]) / s) : 0.0f;
-            out[k] = static_cast<int8_t>(fminf(fmaxf(q, -127.0f), 127.0f));
-            sum += out[k];
-        }
-        scale[t * groups + g] = s;
-        corr[t * groups + g] = 128 * sum;
-    }
-};
 
 struct W8A8 {
     const Activations& a;
@@ -133,23 +85,6 @@ struct W8A8 {
                 out.store(tile, v, tok + t, _mm512_load_ps(total[v][t]));
     }
 
-    // Every token of one tile, TOKENS a pass: the first pass streams the tile from memory,
-    // later ones find it in the core's second-level cache (64 rows x K bytes). Measured, a
-    // first pass over 6 tokens costs about what one over 1 does and less than one over 2, 4
-    // or 5, so 2 to 5 tokens run as 6, the others zeros (computed and dropped).
-    void tile(int i) const {
-        if (T == 1) return tokens<1>(i, 0);
-        int t = 0;
-        for (; t + TOKENS <= T || t == 0; t += TOKENS) tokens<TOKENS>(i, t);
-        switch (T - t) {
-            case 5: tokens<5>(i, t); break;
-            case 4: tokens<4>(i, t); break;
-            case 3: tokens<3>(i, t); break;
-            case 2: tokens<2>(i, t); break;
-            case 1: tokens<1>(i, t); break;
-            default: break;
-        }
-    }
 };
 
 }  // namespace
@@ -159,12 +94,11 @@ extern "C" {
 // N a multiple of 64, K a multiple of GROUP; codes in the tiled layout above; bias may be null.
 void dynaspec_w8a8_matmul(const uint16_t* x, int T, int K, const uint8_t* codes,
                           const float* scale, const float* bias, int N, float* y, int threads) {
-    const int rows = T == 1 || T >= TOKENS ? T : TOKENS;
-    const Activations a(x, T, K, rows);
+    const Activations a(x, T, K, padded_rows(T));
     const W8A8 kernel{a, K, codes, Out{scale, bias, N, y}, T};
     const int tiles = N / ROWS;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int i = 0; i < tiles; ++i) kernel.tile(i);
+    for (int i = 0; i < tiles; ++i) passes(kernel, i, T);
 }
 
 }  // extern "C"

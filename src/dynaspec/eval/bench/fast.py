@@ -61,7 +61,7 @@ class FastMethod:
     """A decoding method on fast adapters."""
 
     name: str  # as given to --methods
-    target: str  # target variant: "bf16" (prepacked), "int8", "int4" or "w8a8"
+    target: str  # target variant: "bf16" (prepacked), "int8", "int4", "w8a8" or "w4a8"
     draft: str | None  # draft variant ("int8", "int4"), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
@@ -106,6 +106,12 @@ FAST_METHODS: dict[str, FastMethod] = {
             "w8a8-adaptive", "w8a8", "int8", "w8a8-target", "w8a8 target, int8 draft, adaptive"
         ),
         FastMethod("w8a8-hybrid", "w8a8", "int8", "w8a8-target", "w8a8, int8 draft + lookup", True),
+        # 4-bit weights and int8 activations (backends/w4a8_kernel.py; finer layers w8a8)
+        FastMethod("w4a8-target", "w4a8", None, None, "w4a8 static-cache target alone"),
+        FastMethod(
+            "w4a8-adaptive", "w4a8", "int8", "w4a8-target", "w4a8 target, int8 draft, adaptive"
+        ),
+        FastMethod("w4a8-hybrid", "w4a8", "int8", "w4a8-target", "w4a8, int8 draft + lookup", True),
         # Both models prepacked in the model's dtype: on an AVX2-only CPU (float32) torch's
         # int8/int4 kernels cost more per token than float32 itself.
         FastMethod("static-adaptive", "bf16", "bf16", "static-target", "static target and draft"),
@@ -154,6 +160,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "int8": {"quantize": "int8", "prepack": True},
     "int4": {"quantize": "int4", "prepack": True},
     "w8a8": {"quantize": "w8a8", "prepack": True},
+    "w4a8": {"quantize": "w4a8", "prepack": True},
 }
 
 

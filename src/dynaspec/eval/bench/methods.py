@@ -16,7 +16,8 @@ does);
 the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``,
 their int4-draft variants, ``int4-target``/``int4-adaptive`` and ``fast-hybrid``/
 ``int8-hybrid``/``int8-hybrid-int4``/``int4-hybrid`` (with prompt lookup), the int8
-weights-and-activations ``w8a8-target``/``w8a8-adaptive``/``w8a8-hybrid``
+weights-and-activations ``w8a8-target``/``w8a8-adaptive``/``w8a8-hybrid`` and their 4-bit
+``w4a8-*``
 (static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
 ``llamacpp-target`` (llama.cpp on the target's GGUF, ``dynaspec.eval.llamacpp_peer``) and
 ``llamacpp-prompt-lookup`` (the same with llama-cpp-python's prompt lookup, 10 tokens); the

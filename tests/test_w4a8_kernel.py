@@ -1,0 +1,120 @@
+"""dynaspec's 4-bit x int8 matmul (backends/w4a8_kernel.py, `--quantize w4a8`): that it
+computes its reference bit for bit, that the reference is the product of the dequantized
+activations and 4-bit weights, that a row of a many-token product is bitwise the one-token
+product, that `quantize="w4a8"` puts 4-bit layers on it and finer ones on the w8a8 kernel
+(the same activations), and that a speculative w4a8 target gives its own output token for
+token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import assert_speculative_equals_alone, noisy_copy, random_prompts, tiny_model
+from torch import nn
+
+from dynaspec.backends import int4_kernel, w8a8_kernel
+from dynaspec.backends import w4a8_kernel as kernel
+from dynaspec.backends.quant import Int4Linear, Int8Linear, quantize_linear
+from dynaspec.backends.static import make_fast
+from dynaspec.errors import ConfigError
+
+needs_kernel = pytest.mark.skipif(
+    not kernel.available(), reason=f"w4a8 kernel: {kernel.unavailable_reason()}"
+)
+
+
+def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (rows, columns), dtype=torch.uint8, generator=generator)
+    groups = (rows, columns // 32)
+    scale = (torch.rand(groups, generator=generator) / 64).half()
+    offset = (torch.randn(groups, generator=generator) / 64).half()
+    bias = torch.randn(rows, generator=generator)
+    x = torch.randn(tokens, columns, generator=generator)
+    x[0, 3] = 60.0  # an outlier: only its own group's scale grows
+    if tokens > 2:
+        x[2] = 0.0  # a row of zeros: output = bias
+    return (codes, scale, offset), bias, x.to(torch.bfloat16)
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows,columns", [(64, 128), (128, 1536), (192, 8960)])
+@pytest.mark.parametrize("tokens", [1, 4, 9])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_the_kernel_computes_its_reference_bit_for_bit(rows, columns, tokens, with_bias) -> None:
+    codes, bias, x = _problem(rows, columns, tokens)
+    bias = bias if with_bias else None
+    out = kernel.w4a8_matmul(x, kernel.packed(*codes), 32, bias)
+    assert out.shape == (tokens, rows) and out.dtype == torch.float32
+    assert torch.equal(out, kernel.reference(x, *codes, bias))
+
+
+def test_the_reference_is_the_product_of_the_dequantized_operands() -> None:
+    codes, bias, x = _problem(64, 256, tokens=5, seed=1)
+    a, a_scale = w8a8_kernel.quantize_activations(x)
+    dequantized = (a.view(5, 2, 128) * a_scale[..., None]).view(5, 256)
+    weights = int4_kernel.dequantize(*codes)
+    expected = dequantized.double() @ weights.double().T + bias.double()
+    out = kernel.reference(x, *codes, bias)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@needs_kernel
+def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
+    codes, bias, x = _problem(128, 256, tokens=53, seed=3)
+    packed = kernel.packed(*codes)
+    singles = torch.cat([kernel.w4a8_matmul(x[i : i + 1], packed, 32, bias) for i in range(53)])
+    for tokens in (*range(1, 32), 47, 48, 49, 53):
+        many = kernel.w4a8_matmul(x[:tokens], packed, 32, bias)
+        assert torch.equal(many, singles[:tokens]), tokens
+
+
+def test_the_layout_holds_nibble_pairs_of_column_quads_then_scales() -> None:
+    codes, _, _ = _problem(64, 64, tokens=1)
+    packed = kernel.packed(*codes)
+    assert packed.shape == (1, 2, 1280) and packed.dtype == torch.uint8
+    # group 1, quad pair 2, vector 3, row 5 of it (row 53), byte c = 1: columns 32 + 17, + 21
+    byte = packed[0, 1, ((2 * 4 + 3) * 16 + 5) * 4 + 1]
+    assert byte & 15 == codes[0][53, 49] and byte >> 4 == codes[0][53, 53]
+    scales = packed[0, 1, 1024:].view(torch.float16)
+    assert torch.equal(scales[:64], codes[1][:, 1]) and torch.equal(scales[64:], codes[2][:, 1])
+
+
+@needs_kernel
+def test_w4a8_puts_four_bit_layers_on_the_kernel_and_finer_ones_on_w8a8() -> None:
+    torch.manual_seed(0)
+    four_bit = nn.Linear(256, 128).to(torch.bfloat16)
+    with torch.no_grad():  # weights on a 4-bit grid per 32 columns: kept in 4 bits
+        four_bit.weight.copy_(int4_kernel.dequantize(*int4_kernel.quantize(four_bit.weight, 32)))
+    layer = quantize_linear(four_bit, "w4a8")
+    assert isinstance(layer, Int4Linear) and layer.kernel is kernel
+    x = torch.randn(3, 256).to(torch.bfloat16)
+    assert layer(x).dtype == torch.bfloat16 and layer(x).shape == (3, 128)
+    fine = nn.Linear(256, 128).to(torch.bfloat16)  # gaussian weights: 4 bits lose too much
+    layer = quantize_linear(fine, "w4a8")
+    assert isinstance(layer, Int8Linear) and layer.kernel is w8a8_kernel
+
+
+def test_without_the_kernel_w4a8_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    with pytest.raises(ConfigError, match="w4a8 kernel, which does not run here: switched off"):
+        quantize_linear(nn.Linear(128, 128), "w4a8")
+
+
+@needs_kernel
+@pytest.mark.parametrize("schedule", ["constant", "dynamic"])
+def test_a_w4a8_target_speculative_equals_itself_alone(schedule: str) -> None:
+    target = tiny_model("llama", vocab_size=128, hidden_size=128, num_layers=2)
+    draft = noisy_copy(target, scale=0.02, seed=1)
+    target, draft = target.to(torch.bfloat16), draft.to(torch.bfloat16)
+    fast_target = make_fast(target, quantize="w4a8")
+    kernels = {m.kernel for m in fast_target.decoder.modules() if hasattr(m, "kernel")}
+    assert kernels <= {kernel, w8a8_kernel}
+    prompts = random_prompts(3, 128, seed=4)
+    assert_speculative_equals_alone(
+        fast_target,
+        make_fast(draft, quantize="int8"),
+        prompts,
+        num_assistant_tokens=7,
+        num_assistant_tokens_schedule=schedule,
+    )
