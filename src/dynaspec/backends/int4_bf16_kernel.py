@@ -25,8 +25,10 @@ from dynaspec.backends.kernel_build import Kernel, KernelSpec, packed_matmul
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
     name="int4bf16",
-    argtypes=(_P, _I, _I, _P, _P, _I, _P, _I),  # x, T, K, codes, bias, N, y, threads
+    # x, T, K, codes, bias, N, y, threads, bf16
+    argtypes=(_P, _I, _I, _P, _P, _I, _P, _I, _I),
     cpu_flags=("avx512f", "avx512bw", "avx512_bf16"),
+    bf16_out=True,
     use="--quantize int4 in bf16",
 )
 ENV_SWITCH = SPEC.switch  # "0": never use the kernel
@@ -85,13 +87,17 @@ def _packed_rows(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor)
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
 def int4_bf16_matmul(
-    rows: torch.Tensor, codes: torch.Tensor, group: int, bias: torch.Tensor | None
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    group: int,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """rows (M, K) bf16 @ w.T + bias (N,) float32: (M, N) float32, where `codes` is
     `packed(...)` of the weights w (N, K) in groups of `group` (32) columns."""
     if group != GROUP:
         raise ValueError(f"the int4 bf16 kernel takes groups of {GROUP} columns, got {group}")
-    return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias)
+    return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias, out_dtype)
 
 
 matmul = int4_bf16_matmul  # what Int4Linear calls, whichever of the int4 kernels it holds

@@ -32,8 +32,10 @@ from dynaspec.backends.kernel_build import Kernel, KernelSpec, scaled_matmul
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
     name="int8bf16",
-    argtypes=(_P, _I, _I, _P, _P, _P, _I, _P, _I),  # x, T, K, codes, scale, bias, N, y, threads
+    # x, T, K, codes, scale, bias, N, y, threads, bf16
+    argtypes=(_P, _I, _I, _P, _P, _P, _I, _P, _I, _I),
     cpu_flags=("avx512f", "avx512bw", "avx512_bf16"),
+    bf16_out=True,
     use="--quantize int8 in bf16",
 )
 ENV_SWITCH = SPEC.switch  # "0": never use the kernel
@@ -65,12 +67,16 @@ def untiled(tiled_codes: torch.Tensor) -> torch.Tensor:
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
 def int8_bf16_matmul(
-    rows: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """(rows (M, K) bf16 @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes` is
     `tiled(q)` for the int8 codes q (N, K) and `scale`, `bias` are float32."""
     rows = rows.to(torch.bfloat16).contiguous()
-    return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS)
+    return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS, out_dtype)
 
 
 matmul = int8_bf16_matmul  # what Int8Linear calls, whichever of the int8 kernels it holds

@@ -40,6 +40,7 @@ class KernelSpec:
     argtypes: tuple[object, ...]  # ctypes types of the C function's arguments
     cpu_flags: tuple[str, ...]  # /proc/cpuinfo flags it needs (also its -m flags, less "_")
     use: str  # what it serves, for `dynaspec models`: "--quantize int8 in float32"
+    bf16_out: bool = False  # its C function takes a last int: 1 writes y as bf16
 
     @property
     def source(self) -> Path:
@@ -132,49 +133,53 @@ def scaled_matmul(
     scale: torch.Tensor,
     bias: torch.Tensor | None,
     num_out: int,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """(rows @ q.T) * scale + bias, (M, N) float32, by an int8 kernel whose C function takes
-    (x, T, K, codes, scale, bias, N, y, threads); `rows` (M, K) contiguous in its dtype."""
-    function = kernel.function()
-    if function is None:
-        name = kernel.spec.name
-        raise RuntimeError(f"the {name} kernel is not available: {kernel.unavailable_reason()}")
-    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
-    function(
-        rows.data_ptr(),
-        rows.shape[0],
-        rows.shape[1],
-        codes.data_ptr(),
-        scale.data_ptr(),
-        None if bias is None else bias.data_ptr(),
-        num_out,
-        out.data_ptr(),
-        torch.get_num_threads(),
-    )
-    return out
+    """(rows @ q.T) * scale + bias, (M, N) float32 (or bf16 where the kernel writes it), by an
+    int8 kernel whose C function takes (x, T, K, codes, scale, bias, N, y, threads[, bf16]);
+    `rows` (M, K) contiguous in its dtype."""
+    return _call(kernel, rows, (codes, scale, bias), num_out, out_dtype)
 
 
 def packed_matmul(
-    kernel: Kernel, rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+    kernel: Kernel,
+    rows: torch.Tensor,
+    packed: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """rows @ w.T + bias, (M, N) float32, by a 4-bit kernel whose C function takes (x, T, K,
-    packed, bias, N, y, threads) and whose layout holds 64 rows a tile (`packed.shape[0]`
-    tiles); `rows` (M, K) contiguous in its dtype."""
+    """rows @ w.T + bias, (M, N) float32 (or bf16), by a 4-bit kernel whose C function takes
+    (x, T, K, packed, bias, N, y, threads, bf16) and whose layout holds 64 rows a tile
+    (`packed.shape[0]` tiles); `rows` (M, K) contiguous in its dtype."""
+    return _call(kernel, rows, (packed, bias), packed.shape[0] * 64, out_dtype)
+
+
+def _call(
+    kernel: Kernel,
+    rows: torch.Tensor,
+    operands: tuple[torch.Tensor | None, ...],
+    num_out: int,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
     function = kernel.function()
+    name = kernel.spec.name
     if function is None:
-        name = kernel.spec.name
         raise RuntimeError(f"the {name} kernel is not available: {kernel.unavailable_reason()}")
-    num_out = packed.shape[0] * 64
-    out = torch.empty(rows.shape[0], num_out, dtype=torch.float32)
+    bf16 = out_dtype == torch.bfloat16
+    if bf16 and not kernel.spec.bf16_out:
+        raise ValueError(f"the {name} kernel writes float32 only, not {out_dtype}")
+    out = torch.empty(rows.shape[0], num_out, dtype=out_dtype)
+    pointers = [None if t is None else t.data_ptr() for t in operands]
+    extra = (int(bf16),) if kernel.spec.bf16_out else ()
     function(
         rows.data_ptr(),
         rows.shape[0],
         rows.shape[1],
-        packed.data_ptr(),
-        None if bias is None else bias.data_ptr(),
+        *pointers,
         num_out,
         out.data_ptr(),
         torch.get_num_threads(),
+        *extra,
     )
     return out
 

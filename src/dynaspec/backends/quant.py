@@ -229,7 +229,9 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
         if self.kernel:
-            out = self.kernel.matmul(rows, self.weight, self.scale, self.bias)
+            out = self.kernel.matmul(
+                rows, self.weight, self.scale, self.bias, **_out(self.kernel, x)
+            )
             return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         if rows.shape[0] <= self.threshold:
             out = torch._weight_int8pack_mm(rows, self.weight, self.scale)  # (M, N)
@@ -293,7 +295,9 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
         if self.kernel:
-            out = self.kernel.matmul(rows, self.weight, self.group_size, self.bias)
+            out = self.kernel.matmul(
+                rows, self.weight, self.group_size, self.bias, **_out(self.kernel, x)
+            )
             return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         out = torch._weight_int4pack_mm_for_cpu(
             rows, self.weight, self.group_size, self.scale_and_zero
@@ -349,6 +353,13 @@ def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> Mod
     if dtype == torch.bfloat16 and int8_bf16_kernel.supports(out_features, in_features):
         return int8_bf16_kernel
     return None
+
+
+def _out(kernel: ModuleType, x: torch.Tensor) -> dict[str, torch.dtype]:
+    """The kernel writes bf16 for bf16 activations where it can (the same bits as converting
+    its float32 afterwards, without that extra pass); otherwise float32, its default."""
+    bf16 = x.dtype == torch.bfloat16 and kernel.SPEC.bf16_out
+    return {"out_dtype": torch.bfloat16} if bf16 else {}
 
 
 def _integer_kernel(kernel: ModuleType, out_features: int, in_features: int) -> ModuleType:

@@ -23,8 +23,10 @@ from dynaspec.backends.kernel_build import Kernel, KernelSpec, packed_matmul
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
     name="w4a8",
-    argtypes=(_P, _I, _I, _P, _P, _I, _P, _I),  # x, T, K, packed, bias, N, y, threads
+    # x, T, K, packed, bias, N, y, threads, bf16
+    argtypes=(_P, _I, _I, _P, _P, _I, _P, _I, _I),
     cpu_flags=("avx512f", "avx512bw", "avx512_vnni"),
+    bf16_out=True,
     use="--quantize w4a8 in bf16",
 )
 ENV_SWITCH = SPEC.switch  # "0": never use the kernel
@@ -74,13 +76,17 @@ def _packed_rows(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor)
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
 def w4a8_matmul(
-    rows: torch.Tensor, codes: torch.Tensor, group: int, bias: torch.Tensor | None
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    group: int,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """quantized rows (M, K) @ w.T + bias (N,) float32: (M, N) float32, where `codes` is
     `packed(...)` of the weights w (N, K) in groups of `group` (32) columns."""
     if group != GROUP:
         raise ValueError(f"the w4a8 kernel takes groups of {GROUP} columns, got {group}")
-    return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias)
+    return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias, out_dtype)
 
 
 matmul = w4a8_matmul  # what Int4Linear calls, whichever of the int4 kernels it holds

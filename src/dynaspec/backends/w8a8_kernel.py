@@ -26,8 +26,10 @@ from dynaspec.backends.kernel_build import Kernel, KernelSpec, scaled_matmul
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(
     name="w8a8",
-    argtypes=(_P, _I, _I, _P, _P, _P, _I, _P, _I),  # x, T, K, codes, scale, bias, N, y, threads
+    # x, T, K, codes, scale, bias, N, y, threads, bf16
+    argtypes=(_P, _I, _I, _P, _P, _P, _I, _P, _I, _I),
     cpu_flags=("avx512f", "avx512bw", "avx512_vnni"),
+    bf16_out=True,
     use="--quantize w8a8 in bf16",
 )
 ENV_SWITCH = SPEC.switch  # "0": never use the kernel
@@ -63,12 +65,16 @@ def untiled(tiled_codes: torch.Tensor) -> torch.Tensor:
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
 def w8a8_matmul(
-    rows: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """(quantized rows (M, K) @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes`
     is `tiled(q)` and `scale`, `bias` are float32; rows are bf16."""
     rows = rows.to(torch.bfloat16).contiguous()
-    return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS)
+    return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS, out_dtype)
 
 
 matmul = w8a8_matmul  # what Int8Linear calls, whichever of the int8 kernels it holds
@@ -85,7 +91,11 @@ def quantize_activations(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def reference(
-    rows: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+    rows: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """What `w8a8_matmul(rows, tiled(codes), scale, bias)` returns, bit for bit, in torch
     (slow; for tests): integer dot products per group, float32 sums in group order."""

@@ -40,18 +40,37 @@ inline __m512bh pair(const uint16_t* x, int64_t k) {
     return reinterpret_cast<__m512bh>(_mm512_set1_epi32(both));
 }
 
-// Where the products go: y[tok, row] = acc * scale[row] (when given) + bias[row] (when given).
+// float32 lanes rounded to bf16 as torch's CPU conversion rounds them (to nearest, ties to
+// even; a NaN becomes 0xFFFF), with AVX512-F alone (the VNNI kernels' CPUs may lack AVX512-BF16).
+inline __m256i to_bf16(__m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0xFFFF));
+    return _mm512_cvtepi32_epi16(rounded);
+}
+
+// Where the products go: y[tok, row] = acc * scale[row] (when given) + bias[row] (when given),
+// float32, or rounded to bf16 (`bf16`: y holds uint16 bf16 values; saves the conversion
+// that followed every layer).
 struct Out {
     const float* scale;  // (N,) or null
     const float* bias;   // (N,) or null
     int N;
-    float* y;            // (T, N)
+    void* y;             // (T, N) float32, or bf16
+    bool bf16 = false;
 
     void store(int tile, int v, int tok, __m512 acc) const {
         const int row = tile * ROWS + v * 16;
         if (scale) acc = _mm512_mul_ps(acc, _mm512_loadu_ps(scale + row));
         if (bias) acc = _mm512_add_ps(acc, _mm512_loadu_ps(bias + row));
-        _mm512_storeu_ps(y + static_cast<int64_t>(tok) * N + row, acc);
+        const int64_t at = static_cast<int64_t>(tok) * N + row;
+        if (bf16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(y) + at), to_bf16(acc));
+        else
+            _mm512_storeu_ps(static_cast<float*>(y) + at, acc);
     }
 };
 

@@ -181,7 +181,7 @@ extern "C" {
 
 // N a multiple of 64, K of 32; codes in the layout above; bias may be null.
 void dynaspec_int4bf16_matmul(const uint16_t* x, int T, int K, const uint8_t* codes,
-                              const float* bias, int N, float* y, int threads) {
+                              const float* bias, int N, void* y, int threads, int bf16) {
     const int groups = K / GROUP;
     std::vector<float> sums(static_cast<size_t>(T) * groups);
     for (int t = 0; t < T; ++t)
@@ -195,7 +195,7 @@ void dynaspec_int4bf16_matmul(const uint16_t* x, int T, int K, const uint8_t* co
             }
             sums[static_cast<size_t>(t) * groups + g] = sum;
         }
-    run(Int4{x, K, codes, sums.data(), Out{nullptr, bias, N, y}}, T, threads);
+    run(Int4{x, K, codes, sums.data(), Out{nullptr, bias, N, y, bf16 != 0}}, T, threads);
 }
 
 }  // extern "C"

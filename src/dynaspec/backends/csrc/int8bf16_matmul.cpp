@@ -77,9 +77,9 @@ extern "C" {
 
 // N a multiple of 64, K even; codes in the tiled layout above; bias may be null.
 void dynaspec_int8bf16_matmul(const uint16_t* x, int T, int K, const int8_t* codes,
-                              const float* scale, const float* bias, int N, float* y,
-                              int threads) {
-    run(Int8{x, K, codes, Out{scale, bias, N, y}}, T, threads);
+                              const float* scale, const float* bias, int N, void* y,
+                              int threads, int bf16) {
+    run(Int8{x, K, codes, Out{scale, bias, N, y, bf16 != 0}}, T, threads);
 }
 
 }  // extern "C"

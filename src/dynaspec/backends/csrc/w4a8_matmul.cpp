@@ -109,9 +109,9 @@ extern "C" {
 // N a multiple of 64, K a multiple of 128; `packed` in the layout above (64-byte aligned);
 // bias may be null.
 void dynaspec_w4a8_matmul(const uint16_t* x, int T, int K, const uint8_t* packed,
-                          const float* bias, int N, float* y, int threads) {
+                          const float* bias, int N, void* y, int threads, int bf16) {
     const Activations a(x, T, K, T);
-    const W4A8 kernel{a, K, packed, Out{nullptr, bias, N, y}, T};
+    const W4A8 kernel{a, K, packed, Out{nullptr, bias, N, y, bf16 != 0}, T};
     const int tiles = N / ROWS;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int i = 0; i < tiles; ++i) passes(kernel, i, T, false);
