@@ -93,7 +93,7 @@ def int4_bf16_matmul(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """rows (M, K) bf16 @ w.T + bias (N,) float32: (M, N) float32, where `codes` is
+    """rows (M, K) bf16 @ w.T + bias (N,) float32: (M, N) out_dtype, where `codes` is
     `packed(...)` of the weights w (N, K) in groups of `group` (32) columns."""
     if group != GROUP:
         raise ValueError(f"the int4 bf16 kernel takes groups of {GROUP} columns, got {group}")

@@ -73,7 +73,7 @@ def int8_bf16_matmul(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """(rows (M, K) bf16 @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes` is
+    """(rows (M, K) bf16 @ q.T) * scale (N,) + bias (N,): (M, N) out_dtype, where `codes` is
     `tiled(q)` for the int8 codes q (N, K) and `scale`, `bias` are float32."""
     rows = rows.to(torch.bfloat16).contiguous()
     return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS, out_dtype)

@@ -82,8 +82,9 @@ def w4a8_matmul(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """quantized rows (M, K) @ w.T + bias (N,) float32: (M, N) float32, where `codes` is
-    `packed(...)` of the weights w (N, K) in groups of `group` (32) columns."""
+    """quantized rows (M, K) @ w.T + bias (N,) float32: (M, N) `out_dtype` (float32 or
+    bf16), where `codes` is `packed(...)` of the weights w (N, K) in groups of `group` (32)
+    columns."""
     if group != GROUP:
         raise ValueError(f"the w4a8 kernel takes groups of {GROUP} columns, got {group}")
     return packed_matmul(KERNEL, rows.to(torch.bfloat16).contiguous(), codes, bias, out_dtype)

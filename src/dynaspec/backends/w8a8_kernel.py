@@ -71,8 +71,8 @@ def w8a8_matmul(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """(quantized rows (M, K) @ q.T) * scale (N,) + bias (N,): (M, N) float32, where `codes`
-    is `tiled(q)` and `scale`, `bias` are float32; rows are bf16."""
+    """(quantized rows (M, K) @ q.T) * scale (N,) + bias (N,): (M, N) `out_dtype` (float32
+    or bf16), where `codes` is `tiled(q)` and `scale`, `bias` are float32; rows are bf16."""
     rows = rows.to(torch.bfloat16).contiguous()
     return scaled_matmul(KERNEL, rows, codes, scale, bias, codes.shape[0] * ROWS, out_dtype)
 

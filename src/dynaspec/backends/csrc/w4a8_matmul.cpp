@@ -1,7 +1,8 @@
 // y = dq(x) @ w.T + bias for bf16 activations x (T, K) and 4-bit weights w = q * s + m (a
 // code q in 0..15 and float16 s, m per row and group of 32 columns: int4_kernel.quantize),
 // the activations quantized to int8 per token and group of 128 columns (int8_activations.h),
-// the products in integers with VPDPBUSD (AVX512-VNNI); y float32.
+// the products in integers with VPDPBUSD (AVX512-VNNI); y float32, or bf16
+// (bf16_tiles.h's Out).
 //
 // Why: the bf16 int4 kernel widens every code to bf16 and is bound by that arithmetic, so a
 // step reads 0.625 bytes a weight but costs about what an int8 one does, and its

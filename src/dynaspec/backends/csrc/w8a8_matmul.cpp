@@ -1,7 +1,8 @@
 // y = dq(x) @ q.T * scale + bias for bf16 activations x (T, K) and int8 weights q (N, K):
 // the activations are quantized here to int8 per token and group of GROUP columns
 // (absmax / 127, "dynamic quantization", as OpenVINO's CPU plugin does by default), and the
-// products run in integers with VPDPBUSD (AVX512-VNNI); y float32.
+// products run in integers with VPDPBUSD (AVX512-VNNI); y float32, or bf16
+// (bf16_tiles.h's Out).
 //
 // Why: the bf16 int8 kernel (int8bf16_matmul.cpp) widens each code to bf16 and multiplies
 // with VDPBF16PS, 32 multiply-adds an instruction; past 5 tokens it is bound by that
