@@ -258,7 +258,7 @@ class StaticDecoder(nn.Module):
         release: bool = False,
         progress: str | None = None,
     ) -> None:
-        """quantize: None, "int8" or "int4" (every linear layer, the head included);
+        """quantize: None or one of quant.QUANTIZE_MODES (every linear layer, the head included);
         dense_batches: int8 keeps its codes dense for many-token forwards (2 bytes a weight);
         prepack: bf16 dense weights prepacked for oneDNN (a copy: the model's own weights
         are then no longer used); release: free each original weight as soon as its copy

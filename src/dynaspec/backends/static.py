@@ -54,7 +54,7 @@ class FastConfig:
     """How a model is made fast: static cache always; compile and quantize optional."""
 
     compile: bool = False  # compile the forwards with torch.compile
-    quantize: str | None = None  # None, "int8" or "int4": weight-only quantization
+    quantize: str | None = None  # None, "int8"/"int4" (weights), "w8a8"/"w4a8" (+ activations)
     compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
     buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
     prepack: bool = False  # bf16/float32 on CPU: weights prepacked for oneDNN (a copy of each)
@@ -273,7 +273,7 @@ def make_fast(
 
     static: a static KV cache with bf16 or float32 weights prepacked for oneDNN (on CPU the
     fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
-    weights: prepacked ones do not trace); quantize: "int8" or "int4". `draft`: the model
+    weights: prepacked ones do not trace); quantize: "int8", "int4", "w8a8" or "w4a8". `draft`: the model
     only drafts, so int8 keeps no dense codes for verification (they cost 2 bytes a weight).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that
     prepacked or quantized weights replace the originals once the caller drops `model`.
