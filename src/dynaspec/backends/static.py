@@ -273,8 +273,9 @@ def make_fast(
 
     static: a static KV cache with bf16 or float32 weights prepacked for oneDNN (on CPU the
     fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
-    weights: prepacked ones do not trace); quantize: "int8", "int4", "w8a8" or "w4a8". `draft`: the model
-    only drafts, so int8 keeps no dense codes for verification (they cost 2 bytes a weight).
+    weights: prepacked ones do not trace); quantize: "int8", "int4", "w8a8" or "w4a8".
+    `draft`: the model only drafts, so int8 keeps no dense codes for verification (they cost
+    2 bytes a weight).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that
     prepacked or quantized weights replace the originals once the caller drops `model`.
     `release`: the caller owns `model` and will not run it again, so each original linear
