@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import assert_speculative_equals_alone, noisy_copy, random_prompts, tiny_model
+from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
 from dynaspec.backends import int4_bf16_kernel as kernel
@@ -97,9 +97,7 @@ def test_bf16_int4_layers_use_the_kernel() -> None:
 @pytest.mark.parametrize("schedule", ["constant", "dynamic"])
 def test_a_bf16_int4_target_speculative_equals_itself_alone(schedule: str, monkeypatch) -> None:
     monkeypatch.setattr(quant, "INT4_TOLERANCE", 1.0)  # random weights: keep every layer int4
-    target = tiny_model("llama", vocab_size=128, hidden_size=128, num_layers=2)
-    draft = noisy_copy(target, scale=0.02, seed=1)
-    target, draft = target.to(torch.bfloat16), draft.to(torch.bfloat16)
+    target, draft = bf16_llama_pair()
     fast_target = make_fast(target, quantize="int4")
     layers = [m for m in fast_target.decoder.modules() if isinstance(m, Int4Linear)]
     assert layers and all(m.kernel is kernel for m in layers)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import assert_speculative_equals_alone, noisy_copy, random_prompts, tiny_model
+from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
 from dynaspec.backends import w8a8_kernel as kernel
@@ -115,9 +115,7 @@ def test_without_the_kernel_w8a8_says_why(monkeypatch) -> None:
 @needs_kernel
 @pytest.mark.parametrize("schedule", ["constant", "dynamic"])
 def test_a_w8a8_target_speculative_equals_itself_alone(schedule: str) -> None:
-    target = tiny_model("llama", vocab_size=128, hidden_size=128, num_layers=2)
-    draft = noisy_copy(target, scale=0.02, seed=1)
-    target, draft = target.to(torch.bfloat16), draft.to(torch.bfloat16)
+    target, draft = bf16_llama_pair()
     fast_target = make_fast(target, quantize="w8a8")
     layers = [m for m in fast_target.decoder.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.kernel is kernel for m in layers)  # every layer on the kernel

@@ -155,6 +155,14 @@ def noisy_copy(model: PreTrainedModel, *, scale: float, seed: int = 0) -> PreTra
     return copy
 
 
+def bf16_llama_pair() -> tuple[PreTrainedModel, PreTrainedModel]:
+    """A tiny llama target (hidden 128, 2 layers, 128 tokens) and a noisy copy as its draft,
+    both in bf16: the pair the bf16 kernels' speculative-equality tests run."""
+    target = tiny_model("llama", vocab_size=128, hidden_size=128, num_layers=2)
+    draft = noisy_copy(target, scale=0.02, seed=1)
+    return target.to(torch.bfloat16), draft.to(torch.bfloat16)
+
+
 def hf_greedy(
     model: PreTrainedModel,
     input_ids: torch.Tensor,

@@ -85,7 +85,6 @@ struct W8A8 {
             for (int t = 0; t < TT && tok + t < T; ++t)
                 out.store(tile, v, tok + t, _mm512_load_ps(total[v][t]));
     }
-
 };
 
 }  // namespace
