@@ -171,5 +171,28 @@ def test_a_joining_prompt_is_prefilled_a_chunk_per_round(pair) -> None:
         batch.step()  # the first row goes on between the chunks
     assert made == [4, 8, 12] and joining.left == 0
     assert first.committed.numel() - first.start >= 3
-    batch.admit(joining)
-    assert len(batch.rows) == 2 and batch.target.num_cached[1] == len(long) - 1
+    record = batch.admit(joining)
+    # its first token at once, by a forward of its last prompt token alone
+    assert record is not None and record.num_drafted == 0 and record.num_emitted == 1
+    assert len(batch.rows) == 2 and batch.target.num_cached[1] == len(long)
+    assert joining.row.length == len(long) + 1
+
+
+def test_a_joining_row_waits_for_no_draft_prefill(pair) -> None:
+    """The target caches a joining prompt; the draft model reads none of it until the rule
+    starts the row (a lagging row's catch-up), and the row's output is still its own."""
+    target, draft = pair
+    spec = SpecConfig(num_assistant_tokens_schedule="constant", num_assistant_tokens=3)
+    batch = ContinuousBatch(target, draft, spec)  # a rule that always drafts
+    rows = []
+    for prompt in PROMPTS[:2]:
+        rows.append(batch.make_row(prompt, {"max_new_tokens": NEW}))
+        batch.join(rows[-1], prompt)
+    assert batch.target.num_cached == [len(PROMPTS[0]), len(PROMPTS[1])]  # + a first token
+    assert batch.drafter.model.num_cached == [0, 0]
+    while batch.rows:
+        batch.step()
+        batch.leave(lambda row: row.done)
+    assert all(row.stats.summary().num_drafted for row in rows)  # the draft did start
+    for row, prompt in zip(rows, PROMPTS[:2], strict=True):
+        assert row.committed[row.start :].tolist() == alone(target, draft, prompt)

@@ -2,13 +2,16 @@
 
 `ContinuousBatch` holds the rows being generated and runs one batch round at a time
 (core/batch_loop.py's `batch_round`, the round of `generate()` over a batch). Between rounds a
-new row joins (`join`: its prompt is prefilled by forwards of its own, whole or in chunks
-between rounds (`joining`, `prefill`) so that a long prompt does not stall the rows already
-generating, and its first new token comes from the next round's verification, with the
-others') and rows that have ended or were cancelled leave (`leave`: their cache rows are
-dropped at once). Each row has its own
-settings (new tokens, sampling, seed, processors), as one `generate()` call would, and the
-adaptive rule sees the batch as it is in every round.
+new row joins (`join`: its prompt is prefilled by the target's forwards of its own, whole or in
+chunks between rounds (`joining`, `prefill`) so that a long prompt does not stall the rows
+already generating; its first new token comes at once from a forward of its last prompt token
+(`admit`; a seeded sampled row's from the next round, with the others', so that it draws as
+generate(seed=...) alone does); the draft model reads the prompt only when the adaptive rule
+starts the row, as it starts the lagging rows of a fixed batch: a catch-up priced against the
+tokens it saves, never on the way to the first token) and rows that have ended or were
+cancelled leave (`leave`: their cache rows are dropped at once). Each row has its own settings
+(new tokens, sampling, seed, processors), as one `generate()` call would, and the adaptive
+rule sees the batch as it is in every round.
 
 A row's output does not depend on the other rows: its tokens are verified by the target as
 they would be alone (the same acceptance rule and processors); the batched forwards differ
@@ -29,7 +32,7 @@ import torch
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
-from dynaspec.core.batch_loop import Row, batch_round
+from dynaspec.core.batch_loop import Row, batch_round, first_token
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.processing import build_stopping
 from dynaspec.core.round import Round
@@ -44,10 +47,9 @@ class Joining:
     """A row whose prompt is being prefilled (in chunks, between rounds), before it joins."""
 
     row: Row
-    prompt: torch.Tensor  # (n,) its prompt; the first n - 1 tokens are prefilled
+    prompt: torch.Tensor  # (n,) its prompt; the target prefills the first n - 1 tokens
     done: int = 0  # prompt tokens cached so far
     target_cache: Any = None  # the target's cache of them (None: none yet)
-    draft_cache: Any = None  # the draft model's (None: none yet, or no draft model)
 
     @property
     def ready(self) -> bool:
@@ -112,15 +114,14 @@ class ContinuousBatch:
         return Joining(row, torch.as_tensor(prompt, dtype=torch.long).reshape(-1))
 
     def prefill(self, joining: Joining, max_tokens: int | None = None) -> bool:
-        """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) by
-        forwards of its own; whether it is all cached now (the row can join)."""
+        """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) in
+        the target's cache by forwards of its own; whether it is all cached now (the row can
+        join). The draft model reads none of it here (`BatchDrafter.join`)."""
         head = joining.prompt[:-1]
         stop = head.numel() if max_tokens is None else min(head.numel(), joining.done + max_tokens)
         chunk = head[joining.done : stop]
         with torch.inference_mode():
             joining.target_cache = self.target.prefill(chunk, joining.target_cache)
-            if self.drafter is not None:
-                joining.draft_cache = self.drafter.prefill(chunk, joining.draft_cache)
         joining.done = stop
         return joining.ready
 
@@ -129,16 +130,26 @@ class ContinuousBatch:
         the next round."""
         self.admit(self.joining(row, prompt))
 
-    def admit(self, joining: Joining) -> None:
-        """Adds a joining row (what `prefill` has not cached yet is prefilled now)."""
-        ids = joining.prompt
-        joining.row.begin(ids)
+    def admit(self, joining: Joining) -> Round | None:
+        """Adds a joining row (what `prefill` has not cached yet is prefilled now) and gives
+        it its first new token at once (`first_token`: a forward of its last prompt token
+        alone), unless it samples with a seed; returns the record of that first round."""
+        ids, row = joining.prompt, joining.row
+        row.begin(ids)
         with torch.inference_mode():
             self.target.join(ids, joining.target_cache)
             if self.drafter is not None:
-                self.drafter.join(ids, joining.draft_cache)
+                self.drafter.join(ids)
         self.policy.join()
-        self.rows.append(joining.row)
+        self.rows.append(row)
+        if row.sampler.config.do_sample and row.sampler.config.seed is not None:
+            return None
+        try:
+            with torch.inference_mode():
+                return first_token(self.target, self.rows, len(self.rows) - 1)
+        except Exception:
+            self.leave(lambda other: other is row)  # the batch stays as it was
+            raise
 
     def step(self) -> list[Round | None]:
         """One round over the rows; each row's record (None: it had ended before)."""

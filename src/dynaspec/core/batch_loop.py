@@ -146,15 +146,33 @@ def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row
     return _Drafts(plans, proposals, reasons)
 
 
+def first_token(target: BatchModelAdapter, rows: Sequence[Row], index: int) -> Round:
+    """The first new token of row `index`, which has just joined with its prompt cached but
+    for the last token: a plain round of that row alone (one forward over its last prompt
+    token; the other rows feed nothing and keep their caches), so that a joining request's
+    first token waits for no batch round. Returns the row's record."""
+    round_start = perf_counter()
+    count = len(rows)
+    empty = rows[0].tokens.new_empty(0)
+    drafts = _Drafts(
+        [DraftPlan()] * count, [Proposal(empty, None, ())] * count, [StopReason.NONE] * count
+    )
+    step = _verify(target, rows, drafts, only=index)[index]
+    assert step is not None, "the row had ended"
+    return _commit(rows[index], step, perf_counter() - round_start)
+
+
 def _verify(
-    target: BatchModelAdapter, rows: Sequence[Row], drafts: _Drafts
+    target: BatchModelAdapter, rows: Sequence[Row], drafts: _Drafts, only: int | None = None
 ) -> list[Checked | None]:
-    """One target forward over every row still going: its unseen committed tokens and its
-    drafted ones; then each row's acceptance, as alone."""
+    """One target forward over every row still going (or row `only` alone): its unseen
+    committed tokens and its drafted ones; then each row's acceptance, as alone."""
     empty = rows[0].tokens.new_empty(0)
     feeds, wanted = [], []
-    for row, cached, proposal in zip(rows, target.num_cached, drafts.proposals, strict=True):
-        if row.done:
+    for index, (row, cached, proposal) in enumerate(
+        zip(rows, target.num_cached, drafts.proposals, strict=True)
+    ):
+        if row.done or only not in (None, index):
             feeds.append(empty)
             wanted.append(0)
             continue
@@ -166,7 +184,7 @@ def _verify(
     seconds = device_clock(device) - start
     checked: list[Checked | None] = []
     for index, row in enumerate(rows):
-        if row.done:
+        if not wanted[index]:
             checked.append(None)
             continue
         rows_logits = logits[index].to(row.tokens.device)  # (k + 1, V)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -75,15 +74,13 @@ class BatchDrafter:
         if self.lookup is not None:
             self.lookup.begin(input_ids)
 
-    def join(self, prompt: torch.Tensor, own: Any = None) -> None:
-        """A row joins the batch with `prompt` (n,) (continuous batching); `own`: the draft's
-        cache of its first tokens, if `prefill` made one."""
+    def join(self, prompt: torch.Tensor) -> None:
+        """A row joins the batch with `prompt` (n,) (continuous batching). The draft model
+        caches none of it now: the row is a lagging row whose catch-up (its whole prompt) the
+        policy starts when the tokens it saves repay it (policies/batch_adaptive.py), as for
+        the rows of a fixed batch, so a joining request's first token never waits for it."""
         if self.model is not None:
-            self.model.join(prompt, own)
-
-    def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
-        """The draft's cache of a joining row's prompt, a chunk further (None: no model)."""
-        return None if self.model is None else self.model.prefill(tokens, own)
+            self.model.join(prompt[-1:])  # a one-token prompt: nothing cached
 
     def leave(self, keep: Sequence[int]) -> None:
         """Only the rows `keep` go on, in that order."""

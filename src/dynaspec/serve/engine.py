@@ -3,7 +3,8 @@
 Requests arrive from the HTTP handlers (any thread) as `Job`s. Before each round the engine
 admits waiting jobs while the batch has room (`max_batch`): a joining prompt is prefilled at
 most `prefill_chunk` tokens between two rounds while other rows are generating (chunked
-prefill: a long prompt does not stall them), at once when none is. After the round, every
+prefill: a long prompt does not stall them), at once when none is, and its first token goes
+out as soon as it is cached (ContinuousBatch.admit). After the round, every
 row's new tokens go to its job (text deltas, stop sequences), and rows that ended, hit a stop
 sequence or whose client went away leave the batch at once. Beyond `max_queue` waiting jobs,
 `submit` refuses (`QueueFull`: the server's 429). The model runs on this thread only.
@@ -165,12 +166,15 @@ class Engine:
         try:
             if not self.batch.prefill(joining, chunk):
                 return False
-            self.batch.admit(joining)
+            first = self.batch.admit(joining)
         except Exception as error:  # a model error must not end the server
             log.exception("a request could not join the batch")
             job.emit(Failed(f"could not start this request: {error}"))
         else:
             self.jobs[id(job.row)] = job
+            self._count([first])
+            self._deliver(job)  # its first token, before any batch round
+            self._leave()
         self.joining = None
         return True
 
@@ -187,6 +191,10 @@ class Engine:
         self._count(records)
         for row in self.batch.rows:
             self._deliver(self.jobs[id(row)])
+        self._leave()
+
+    def _leave(self) -> None:
+        """Rows that ended, hit a stop sequence or lost their client leave the batch."""
         for row in self.batch.leave(self._gone):
             self._finish(self.jobs.pop(id(row)))
         self.metrics.batch_size.set(len(self.jobs))

@@ -98,7 +98,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="throughput by batch size instead, e.g. 1,2,4,8: every method on the same "
         "batches (methods: hf-target, target, adaptive, hybrid, prompt-lookup, and the fast "
         "path's static-target, static-adaptive, static-hybrid (static KV cache, prepacked "
-        "weights; about twice the weights' memory); default all)",
+        "weights; about twice the weights' memory), and on AVX512-VNNI the integer targets' "
+        "w8a8-target, w8a8-adaptive, w8a8-hybrid, w4a8-target, w4a8-adaptive, w4a8-hybrid "
+        "(outputs of their own, compared with their own target alone); default all but those)",
     )
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")

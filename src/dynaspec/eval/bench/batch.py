@@ -7,9 +7,10 @@ Throughput is the batch's new tokens (each row up to and including its EOS) over
 wall time; a row's latency is the call's wall time (every row waits for the batch). Each
 dynaspec method's rows are compared with transformers' batched greedy output of the same
 batch (or, without it, with its own target alone's: the fast methods with static-target's,
-the others with target's). One JSON line per (batch size, method, batch) goes to
-batch.jsonl; batch.md holds the throughput table (tokens per second, and the ratio to
-dynaspec's batched target alone).
+the others with target's); the integer targets' methods (w8a8-*, w4a8-*: int8 activations,
+outputs of their own) only with their own target alone's. One JSON line per (batch size,
+method, batch) goes to batch.jsonl; batch.md holds the throughput table (tokens per
+second, and the ratio to dynaspec's batched target alone).
 """
 
 from __future__ import annotations
@@ -78,11 +79,32 @@ BATCH_METHODS: dict[str, Decode] = {
     "static-target": _dynaspec(with_draft=False),
     "static-adaptive": _dynaspec(),
     "static-hybrid": _dynaspec(prompt_lookup_num_tokens=32),
+    # The same three on the integer verification kernels (AVX512-VNNI; a target whose
+    # outputs are its own): the w8a8 or w4a8 target, the int8 draft.
+    **{
+        f"{variant}-{kind}": _dynaspec(**settings)
+        for variant in ("w8a8", "w4a8")
+        for kind, settings in (
+            ("target", {"with_draft": False}),
+            ("adaptive", {}),
+            ("hybrid", {"prompt_lookup_num_tokens": 32}),
+        )
+    },
 }
 
 # A fast method's ratio is to the static target alone (its backend's), the others' to
 # dynaspec's eager batched target alone.
-_BASE = {"static-adaptive": "static-target", "static-hybrid": "static-target"}
+_BASE = {
+    "static-adaptive": "static-target",
+    "static-hybrid": "static-target",
+    **{f"{v}-{k}": f"{v}-target" for v in ("w8a8", "w4a8") for k in ("adaptive", "hybrid")},
+}
+# Methods decoded by eval/bench/fast.py's static adapters (the others: the models as loaded).
+_FAST = {"static-target", *_BASE, "w8a8-target", "w4a8-target"}
+# Methods whose target computes outputs of its own (int8 activations): not the bf16 target's.
+_OWN_OUTPUT = {m for m in BATCH_METHODS if m.startswith(("w8a8-", "w4a8-"))}
+# `--batch` without --methods: every method but those, which need AVX512-VNNI.
+DEFAULT_BATCH_METHODS = tuple(m for m in BATCH_METHODS if m not in _OWN_OUTPUT)
 
 
 @dataclass(frozen=True)
@@ -171,7 +193,7 @@ def _progress(record: BatchRecord, start: int, total: int) -> None:
 
 
 def _decode(method, target, draft, ids, mask, max_new, setup) -> torch.Tensor:  # noqa: ANN001
-    if method.startswith("static-"):  # the fast adapters of the same models
+    if method in _FAST:  # the fast adapters of the same models
         target, draft = setup["fast"].pair(method)
     with torch.inference_mode():
         return BATCH_METHODS[method](
@@ -187,9 +209,10 @@ def _measure(method, size, target, draft, ids, mask, setup, outputs):  # noqa: A
     new = _decode(method, target, draft, ids, mask, setup["max_new_tokens"], setup)
     wall = perf_counter() - start
     count = new_token_count(new, setup["eos"])
-    reference = next(
-        (name for name in ("hf-target", _BASE.get(method, "target")) if name in outputs), None
-    )
+    candidates = ("hf-target", _BASE.get(method, "target"))
+    if method in _OWN_OUTPUT:  # a model of its own: only its own target alone compares
+        candidates = (_BASE[method],) if method in _BASE else ()
+    reference = next((name for name in candidates if name in outputs), None)
     same = None
     if reference is not None:
         width = min(new.shape[1], outputs[reference].shape[1])

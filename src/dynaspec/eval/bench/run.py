@@ -354,7 +354,7 @@ def _warn_mismatch(prompt: BenchPrompt, method: str, divergence: Divergence) -> 
 def _run_batch_bench(args: argparse.Namespace) -> int:
     """`dynaspec bench --batch SIZES` (eval/bench/batch.py)."""
     from dynaspec.eval.bench.batch import (
-        BATCH_METHODS,
+        DEFAULT_BATCH_METHODS,
         batch_table,
         parse_batch_methods,
         parse_batch_sizes,
@@ -364,7 +364,11 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
     from dynaspec.eval.bench.methods import DEFAULT_METHODS
 
     sizes = parse_batch_sizes(args.batch)
-    chosen = args.methods if args.methods != ",".join(DEFAULT_METHODS) else ",".join(BATCH_METHODS)
+    chosen = (
+        args.methods
+        if args.methods != ",".join(DEFAULT_METHODS)
+        else ",".join(DEFAULT_BATCH_METHODS)
+    )
     methods = parse_batch_methods(chosen)
     texts = _read_prompts(args)
     label, target_name, draft_name, target, draft, tokenizer = _load_models(args)
