@@ -196,3 +196,23 @@ def test_a_joining_row_waits_for_no_draft_prefill(pair) -> None:
     assert all(row.stats.summary().num_drafted for row in rows)  # the draft did start
     for row, prompt in zip(rows, PROMPTS[:2], strict=True):
         assert row.committed[row.start :].tolist() == alone(target, draft, prompt)
+
+
+def test_a_joining_prompts_prefill_prices_the_drafts_catch_up(pair) -> None:
+    """The adaptive rule learns the target's time per prompt token from a joining row's
+    prefill (timed outside any round): what a lagging draft's catch-up of that prompt is
+    priced at. Without it the catch-up is priced at one draft forward a token and a long
+    prompt's draft never starts."""
+    target, draft = pair
+    batch = ContinuousBatch(target, draft)
+    costs = batch.policy.shared.costs
+    short = list(range(3, 3 + 10))  # under min_prefill_tokens: too short to tell
+    batch.join(batch.make_row(short, {"max_new_tokens": NEW}), short)
+    assert not costs.prefill_costs
+    prompt = list(range(3, 3 + 40))
+    joining = batch.joining(batch.make_row(prompt, {"max_new_tokens": NEW}), prompt)
+    while not batch.prefill(joining, 16):
+        pass
+    batch.admit(joining)
+    assert len(costs.prefill_costs) == 1 and costs.prefill_costs[0] > 0
+    assert 0 < joining.seconds and joining.done == len(prompt) - 1

@@ -50,6 +50,7 @@ class Joining:
     prompt: torch.Tensor  # (n,) its prompt; the target prefills the first n - 1 tokens
     done: int = 0  # prompt tokens cached so far
     target_cache: Any = None  # the target's cache of them (None: none yet)
+    seconds: float = 0.0  # the target's prefill so far
 
     @property
     def ready(self) -> bool:
@@ -120,15 +121,16 @@ class ContinuousBatch:
         head = joining.prompt[:-1]
         stop = head.numel() if max_tokens is None else min(head.numel(), joining.done + max_tokens)
         chunk = head[joining.done : stop]
+        start = time.perf_counter()
         with torch.inference_mode():
             joining.target_cache = self.target.prefill(chunk, joining.target_cache)
+        joining.seconds += time.perf_counter() - start
         joining.done = stop
         return joining.ready
 
-    def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> None:
-        """Adds `row` (from make_row) with its prompt, prefilled at once; it takes part from
-        the next round."""
-        self.admit(self.joining(row, prompt))
+    def join(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> Round | None:
+        """Adds `row` (from make_row) with its prompt, prefilled at once (`admit`)."""
+        return self.admit(self.joining(row, prompt))
 
     def admit(self, joining: Joining) -> Round | None:
         """Adds a joining row (what `prefill` has not cached yet is prefilled now) and gives
@@ -136,11 +138,13 @@ class ContinuousBatch:
         alone), unless it samples with a seed; returns the record of that first round."""
         ids, row = joining.prompt, joining.row
         row.begin(ids)
+        if not joining.ready:  # join's prefill, timed as prefill's
+            self.prefill(joining)
         with torch.inference_mode():
             self.target.join(ids, joining.target_cache)
             if self.drafter is not None:
                 self.drafter.join(ids)
-        self.policy.join()
+        self.policy.join(joining.done, joining.seconds)
         self.rows.append(row)
         if row.sampler.config.do_sample and row.sampler.config.seed is not None:
             return None

@@ -170,8 +170,9 @@ class BatchPolicy(Protocol):
         """Learn from the finished round: each row's record (None: the row had ended)."""
         ...
 
-    def join(self) -> None:
-        """A row joins the batch (continuous batching)."""
+    def join(self, prefill_tokens: int = 0, prefill_s: float = 0.0) -> None:
+        """A row joins the batch (continuous batching); the target prefilled its prompt,
+        `prefill_tokens` tokens, in `prefill_s` seconds (0: not timed)."""
         ...
 
     def leave(self, keep: Sequence[int]) -> None:

@@ -36,7 +36,7 @@ class PerRow:
         self.make = make
         self.name = self.policies[0].name if self.policies else make().name if make else ""
 
-    def join(self) -> None:
+    def join(self, prefill_tokens: int = 0, prefill_s: float = 0.0) -> None:
         if self.make is None:
             raise TypeError("PerRow(make=None) cannot add rows: pass make=")
         self.policies.append(self.make())

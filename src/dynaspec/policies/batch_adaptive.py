@@ -186,8 +186,12 @@ class BatchAdaptivePolicy:
                 return sorted(in_step + start)
         return in_step
 
-    def join(self) -> None:
-        pass  # the estimates are the batch's: a row that joins uses them as they stand
+    def join(self, prefill_tokens: int = 0, prefill_s: float = 0.0) -> None:
+        """The estimates are the batch's: a row that joins uses them as they stand. Its
+        prompt's prefill is the target's time per prompt token, which prices the draft's
+        catch-up of that prompt (`CostModel.catchup_cost`): every batch size's model."""
+        for costs in {id(c): c for c in (*self.costs.values(), self.shared.costs)}.values():
+            costs.learn_prefill(prefill_tokens, prefill_s)
 
     def leave(self, keep: Sequence[int]) -> None:
         pass

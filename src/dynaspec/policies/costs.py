@@ -116,6 +116,13 @@ class CostModel:
             per_token = min(per_token, per_token * prefill)
         return (catchup - 1) * per_token
 
+    def learn_prefill(self, tokens: int, seconds: float) -> None:
+        """A target forward over `tokens` unseen tokens (a prompt) took `seconds`: its time
+        per token (what prices a draft's catch-up), where it is long enough to tell."""
+        if tokens >= self.min_prefill_tokens and seconds > 0:
+            self.prefill_costs.append(seconds / tokens)
+            self._line = None
+
     def step_time(self) -> float:
         """Seconds of one target step (V(1)); 1.0 before anything is measured."""
         return self._verify_line()[0]
@@ -127,8 +134,7 @@ class CostModel:
             times.append(round.target_time_s)
             self._line = None
         elif unseen >= self.min_prefill_tokens:
-            self.prefill_costs.append(round.target_time_s / round.num_verified)
-            self._line = None
+            self.learn_prefill(round.num_verified, round.target_time_s)
         if round.draft_forwards and round.catchup <= 2:
             self.draft_costs.append(round.draft_time_s / round.draft_forwards)
         elif round.draft_forwards and self.draft_costs:
