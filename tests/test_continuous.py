@@ -215,4 +215,4 @@ def test_a_joining_prompts_prefill_prices_the_drafts_catch_up(pair) -> None:
         pass
     batch.admit(joining)
     assert len(costs.prefill_costs) == 1 and costs.prefill_costs[0] > 0
-    assert 0 < joining.seconds and joining.done == len(prompt) - 1
+    assert joining.seconds > 0 and joining.done == len(prompt) - 1
