@@ -113,13 +113,18 @@ def batch_round(
     return records
 
 
+def _no_drafts(rows: Sequence[Row]) -> _Drafts:
+    """A round in which no row drafts: empty plans and proposals."""
+    empty = [Proposal(row.tokens.new_empty(0), None, ()) for row in rows]
+    return _Drafts([DraftPlan()] * len(rows), empty, [StopReason.NONE] * len(rows))
+
+
 def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row]) -> _Drafts:
     """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
-    count = len(rows)
-    reasons = [StopReason.NONE] * count
-    empty = [Proposal(row.tokens.new_empty(0), None, ()) for row in rows]
+    none = _no_drafts(rows)
     if drafter is None:
-        return _Drafts([DraftPlan()] * count, empty, reasons)
+        return none
+    reasons, empty = none.reasons, none.proposals
     rooms = [row.room for row in rows]
     options = [
         None if row.done else drafter.offer(index, row.committed, row.pads)
@@ -152,12 +157,7 @@ def first_token(target: BatchModelAdapter, rows: Sequence[Row], index: int) -> R
     token; the other rows feed nothing and keep their caches), so that a joining request's
     first token waits for no batch round. Returns the row's record."""
     round_start = perf_counter()
-    count = len(rows)
-    empty = rows[0].tokens.new_empty(0)
-    drafts = _Drafts(
-        [DraftPlan()] * count, [Proposal(empty, None, ())] * count, [StopReason.NONE] * count
-    )
-    step = _verify(target, rows, drafts, only=index)[index]
+    step = _verify(target, rows, _no_drafts(rows), only=index)[index]
     assert step is not None, "the row had ended"
     return _commit(rows[index], step, perf_counter() - round_start)
 

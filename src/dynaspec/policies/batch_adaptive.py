@@ -190,7 +190,7 @@ class BatchAdaptivePolicy:
         """The estimates are the batch's: a row that joins uses them as they stand. Its
         prompt's prefill is the target's time per prompt token, which prices the draft's
         catch-up of that prompt (`CostModel.catchup_cost`): every batch size's model."""
-        for costs in {id(c): c for c in (*self.costs.values(), self.shared.costs)}.values():
+        for costs in self.costs.values():  # the shared estimates' among them
             costs.learn_prefill(prefill_tokens, prefill_s)
 
     def leave(self, keep: Sequence[int]) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from dynaspec.errors import ConfigError
+from dynaspec.eval.bench.fast import FAST_METHODS
 from dynaspec.eval.bench.tables import markdown_table
 from dynaspec.eval.prompts_file import left_padded
 from dynaspec.generation import generate
@@ -74,35 +75,28 @@ BATCH_METHODS: dict[str, Decode] = {
     "adaptive": _dynaspec(),  # the draft model, adaptive
     "hybrid": _dynaspec(prompt_lookup_num_tokens=32),  # draft model + prompt lookup 32
     "prompt-lookup": _dynaspec(with_draft=False, prompt_lookup_num_tokens=32),
-    # The fast path (eval/bench/fast.py's adapters: static KV cache, weights prepacked in
-    # the model's dtype), run by the same methods over a static batch cache:
-    "static-target": _dynaspec(with_draft=False),
-    "static-adaptive": _dynaspec(),
-    "static-hybrid": _dynaspec(prompt_lookup_num_tokens=32),
-    # The same three on the integer verification kernels (AVX512-VNNI; a target whose
-    # outputs are its own): the w8a8 or w4a8 target, the int8 draft.
+    # The fast path (eval/bench/fast.py's adapters and methods: static KV cache, weights
+    # prepacked in the model's dtype; the w8a8/w4a8 targets on the integer verification
+    # kernels, AVX512-VNNI), run by the same methods over a static batch cache; the draft is
+    # the method's own (None for a target alone):
     **{
-        f"{variant}-{kind}": _dynaspec(**settings)
-        for variant in ("w8a8", "w4a8")
-        for kind, settings in (
-            ("target", {"with_draft": False}),
-            ("adaptive", {}),
-            ("hybrid", {"prompt_lookup_num_tokens": 32}),
+        name: _dynaspec(prompt_lookup_num_tokens=32) if FAST_METHODS[name].lookup else _dynaspec()
+        for name in (
+            "static-target",
+            "static-adaptive",
+            "static-hybrid",
+            *(f"{v}-{k}" for v in ("w8a8", "w4a8") for k in ("target", "adaptive", "hybrid")),
         )
     },
 }
 
-# A fast method's ratio is to the static target alone (its backend's), the others' to
-# dynaspec's eager batched target alone.
-_BASE = {
-    "static-adaptive": "static-target",
-    "static-hybrid": "static-target",
-    **{f"{v}-{k}": f"{v}-target" for v in ("w8a8", "w4a8") for k in ("adaptive", "hybrid")},
-}
 # Methods decoded by eval/bench/fast.py's static adapters (the others: the models as loaded).
-_FAST = {"static-target", *_BASE, "w8a8-target", "w4a8-target"}
+_FAST = {name for name in BATCH_METHODS if name in FAST_METHODS}
+# A method's ratio and rows are to its target alone: a fast method's reference (the static
+# target's, its backend's), the others' dynaspec's eager batched target alone.
+_BASE = {name: FAST_METHODS[name].reference for name in _FAST if FAST_METHODS[name].reference}
 # Methods whose target computes outputs of its own (int8 activations): not the bf16 target's.
-_OWN_OUTPUT = {m for m in BATCH_METHODS if m.startswith(("w8a8-", "w4a8-"))}
+_OWN_OUTPUT = {name for name in _FAST if FAST_METHODS[name].target != "bf16"}
 # `--batch` without --methods: every method but those, which need AVX512-VNNI.
 DEFAULT_BATCH_METHODS = tuple(m for m in BATCH_METHODS if m not in _OWN_OUTPUT)
 
