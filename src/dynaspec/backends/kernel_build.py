@@ -36,15 +36,16 @@ COMMON_FLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 class KernelSpec:
     """What a kernel is built from and needs."""
 
-    name: str  # "int8": the source csrc/{name}_matmul.cpp, the symbol dynaspec_{name}_matmul
+    name: str  # "int8": the source csrc/{name}_{entry}.cpp, the symbol dynaspec_{name}_{entry}
     argtypes: tuple[object, ...]  # ctypes types of the C function's arguments
     cpu_flags: tuple[str, ...]  # /proc/cpuinfo flags it needs (also its -m flags, less "_")
     use: str  # what it serves, for `dynaspec models`: "--quantize int8 in float32"
     bf16_out: bool = False  # its C function takes a last int: 1 writes y as bf16
+    entry: str = "matmul"  # what the C function computes (its source's and symbol's suffix)
 
     @property
     def source(self) -> Path:
-        return CSRC / f"{self.name}_matmul.cpp"
+        return CSRC / f"{self.name}_{self.entry}.cpp"
 
     @property
     def switch(self) -> str:
@@ -120,7 +121,7 @@ class Kernel:
             return None, f"{Path(command).name} failed on {source.name}: {error.stderr[-400:]}"
         except OSError as error:
             return None, f"building or loading {source.name} failed: {error}"
-        function = getattr(library, f"dynaspec_{self.spec.name}_matmul")
+        function = getattr(library, f"dynaspec_{self.spec.name}_{self.spec.entry}")
         function.argtypes = list(self.spec.argtypes)
         function.restype = None
         return function, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from dynaspec.backends import (
+    attention_kernel,
     int4_bf16_kernel,
     int4_kernel,
     int8_bf16_kernel,
@@ -86,6 +87,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append(int4_bf16_kernel.readiness())
     lines.append(w8a8_kernel.readiness())
     lines.append(w4a8_kernel.readiness())
+    lines.append(attention_kernel.readiness())
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)
