@@ -48,36 +48,57 @@ inline int padded_rows(int T) { return T == 1 || T >= TOKENS ? T : TOKENS; }
 
 // Every token's activation codes (rows, K), scales (rows, K/GROUP) and sums of codes per
 // GROUP (`corr`, times 128) and per SUM columns (`sums`). Rows past T are zeros: tokens that
-// add nothing, computed and dropped.
+// add nothing, computed and dropped. The tokens are quantized by `threads` threads once
+// there are at least PARALLEL_TOKENS of them (a prompt's prefill; measured: one thread
+// quantizing 300 tokens spent a third of a w4a8 prefill's time).
+constexpr int PARALLEL_TOKENS = 8;
+
 struct Activations {
     std::vector<int8_t> codes;
     std::vector<float> scale;
     std::vector<int32_t> corr;
     std::vector<int32_t> sums;
 
-    Activations(const uint16_t* x, int T, int K, int rows)
+    Activations(const uint16_t* x, int T, int K, int rows, int threads = 1)
         : codes(static_cast<size_t>(rows) * K), scale(static_cast<size_t>(rows) * (K / GROUP)),
           corr(static_cast<size_t>(rows) * (K / GROUP)), sums(static_cast<size_t>(rows) * (K / SUM)) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (T >= PARALLEL_TOKENS)
         for (int t = 0; t < T; ++t)
             for (int g = 0; g < K / GROUP; ++g) quantize(x, K, t, g);
     }
 
+    // One token's group: absmax / 127, then x / s rounded half to even and clamped, 16
+    // columns a vector; every step exact as the scalar one (IEEE division and rounding).
     void quantize(const uint16_t* x, int K, int t, int g) {
+        constexpr int VECTORS = GROUP / 16;
         const uint16_t* in = x + static_cast<int64_t>(t) * K + g * GROUP;
         int8_t* out = codes.data() + static_cast<int64_t>(t) * K + g * GROUP;
-        float top = 0.0f;
-        for (int k = 0; k < GROUP; ++k) top = fmaxf(top, fabsf(bf16_to_float(in[k])));
-        const float s = top / 127.0f;
-        for (int k = 0; k < GROUP; ++k) {
-            const float q = s > 0.0f ? nearbyintf(bf16_to_float(in[k]) / s) : 0.0f;
-            out[k] = static_cast<int8_t>(fminf(fmaxf(q, -127.0f), 127.0f));
+        __m512 values[VECTORS];
+        __m512 top = _mm512_setzero_ps();
+        for (int v = 0; v < VECTORS; ++v) {
+            const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 16 * v));
+            values[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+            top = _mm512_max_ps(top, _mm512_abs_ps(values[v]));
+        }
+        const float s = _mm512_reduce_max_ps(top) / 127.0f;
+        const __m512 divisor = _mm512_set1_ps(s);
+        const __m512 low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
+        __m512i q[VECTORS];
+        for (int v = 0; v < VECTORS; ++v) {
+            __m512 r = _mm512_roundscale_ps(_mm512_div_ps(values[v], divisor),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = s > 0.0f ? _mm512_min_ps(_mm512_max_ps(r, low), high) : _mm512_setzero_ps();
+            q[v] = _mm512_cvtps_epi32(r);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * v), _mm512_cvtepi32_epi8(q[v]));
         }
         int32_t sum = 0;
+        constexpr int PER_SUM = SUM / 16;  // vectors a partial sum
         for (int part = 0; part < GROUP / SUM; ++part) {
-            int32_t partial = 0;
-            for (int k = part * SUM; k < (part + 1) * SUM; ++k) partial += out[k];
-            sums[static_cast<int64_t>(t) * (K / SUM) + g * (GROUP / SUM) + part] = partial;
-            sum += partial;
+            __m512i partial = q[part * PER_SUM];
+            for (int v = 1; v < PER_SUM; ++v) partial = _mm512_add_epi32(partial, q[part * PER_SUM + v]);
+            const int32_t total = _mm512_reduce_add_epi32(partial);
+            sums[static_cast<int64_t>(t) * (K / SUM) + g * (GROUP / SUM) + part] = total;
+            sum += total;
         }
         scale[static_cast<int64_t>(t) * (K / GROUP) + g] = s;
         corr[static_cast<int64_t>(t) * (K / GROUP) + g] = 128 * sum;

@@ -111,7 +111,7 @@ extern "C" {
 // bias may be null.
 void dynaspec_w4a8_matmul(const uint16_t* x, int T, int K, const uint8_t* packed,
                           const float* bias, int N, void* y, int threads, int bf16) {
-    const Activations a(x, T, K, T);
+    const Activations a(x, T, K, T, threads);
     const W4A8 kernel{a, K, packed, Out{nullptr, bias, N, y, bf16 != 0}, T};
     const int tiles = N / ROWS;
 #pragma omp parallel for num_threads(threads) schedule(static)

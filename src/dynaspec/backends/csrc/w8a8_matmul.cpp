@@ -95,7 +95,7 @@ extern "C" {
 void dynaspec_w8a8_matmul(const uint16_t* x, int T, int K, const uint8_t* codes,
                           const float* scale, const float* bias, int N, void* y, int threads,
                           int bf16) {
-    const Activations a(x, T, K, padded_rows(T));
+    const Activations a(x, T, K, padded_rows(T), threads);
     const W8A8 kernel{a, K, codes, Out{scale, bias, N, y, bf16 != 0}, T};
     const int tiles = N / ROWS;
 #pragma omp parallel for num_threads(threads) schedule(static)
