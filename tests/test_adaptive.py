@@ -186,6 +186,18 @@ def test_probes_back_off_and_skip_expensive_catchups() -> None:
     assert policy.max_lookahead() == 0  # still not worth drafting, next probe later
 
 
+def test_a_probe_may_pay_a_catchup_within_its_share_of_the_tokens_left() -> None:
+    # A dear draft falls further behind with every round it does not draft; a probe whose
+    # catch-up fits in probe_budget (2%) of the tokens left still judges it again (measured
+    # without this, on an open-ended prompt with the w4a8 target: the hybrid's draft model
+    # stood aside for 92 of 100 rounds while the draft alone had 113 of 115 tokens accepted).
+    policy = trained(draft_s=0.3)  # 1.5 steps a draft token
+    policy.prober.waited = policy.prober.interval
+    assert policy.costs.catchup_cost(3) > 2 * policy.config.max_probe_catchup
+    assert policy.model_plan(catchup=3, remaining=1000) == DraftPlan(model=1, probe=True)
+    assert policy.model_plan(catchup=3, remaining=100) == DraftPlan()  # 2% of 100: 2 steps
+
+
 def test_cold_policy_weighs_the_drafts_catchup_against_the_tokens_left() -> None:
     policy = AdaptivePolicy(max_tokens=20)
     # Nothing timed yet: the first round (the prompt's prefill) is a plain target step.

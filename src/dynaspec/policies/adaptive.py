@@ -134,15 +134,12 @@ class AdaptivePolicy:
         return DraftPlan()
 
     def cheap_probe(self, catchup: int, remaining: int | None) -> bool:
-        """Whether a probe's catch-up is cheap: at most max_probe_catchup target steps, or,
-        while V's slope rests on the prefill alone (only single-token forwards timed), at
-        most probe_budget of the steps the tokens left take at least (one each)."""
+        """Whether a probe's catch-up is cheap: at most max_probe_catchup target steps or
+        probe_budget of the steps the tokens left take at least (one each)."""
         cost = self.costs.catchup_cost(catchup)
         if cost is None:
             return False
-        budget = 0.0
-        if remaining is not None and not self.costs.slope_measured:
-            budget = self.config.probe_budget * remaining
+        budget = 0.0 if remaining is None else self.config.probe_budget * remaining
         return cost <= max(self.config.max_probe_catchup, budget)
 
     def max_lookahead(self, catchup: int = 1, remaining: int | None = None) -> int:

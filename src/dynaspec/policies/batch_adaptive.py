@@ -115,11 +115,8 @@ class BatchAdaptivePolicy:
         worth = sum(worths[row] for row in ready)
         if ready and shared.model_value(rows=worth, floor=0.0, width=width, rate=rate) > 0.0:
             model = DraftPlan(model=shared.config.max_tokens)
-        elif ready and shared.prober.due():
-            cheapest = min(ready, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
-            catchup = options[cheapest].catchup  # type: ignore[union-attr]
-            if shared.cheap_probe(catchup, remaining[cheapest]):
-                model = DraftPlan(model=1, probe=True)  # keeps the estimates fresh
+        elif shared.prober.due():
+            model, ready = self.probe(options, remaining, ready, worths, rate)
         plans = []
         for row, offer in enumerate(options):
             alone = replace(model if row in ready else DraftPlan(), worth=worths[row])
@@ -129,6 +126,33 @@ class BatchAdaptivePolicy:
                 alone = replace(made, worth=worths[row])
             plans.append(alone)
         return plans
+
+    def probe(
+        self,
+        options: Sequence[DraftOptions | None],
+        remaining: Sequence[int],
+        ready: list[int],
+        worths: Sequence[float],
+        rate: float,
+    ) -> tuple[DraftPlan, list[int]]:
+        """A due probe of one token (it keeps the estimates fresh) and the rows that draft it:
+        the ready rows, else the lagging row with the shortest catch-up where drafting is not
+        expected to pay (where it is, starting it is `ready`'s choice), when its catch-up is
+        cheap (`AdaptivePolicy.cheap_probe`); else no draft."""
+        shared = self.shared
+        rows = ready or [
+            row
+            for row, offer in enumerate(options)
+            if offer is not None and offer.catchup is not None
+        ]
+        if not rows:
+            return DraftPlan(), ready
+        cheapest = min(rows, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
+        if not ready and shared.model_value(rows=worths[cheapest], floor=0.0, rate=rate) > 0.0:
+            return DraftPlan(), ready
+        if shared.cheap_probe(options[cheapest].catchup, remaining[cheapest]):  # type: ignore[union-attr,arg-type]
+            return DraftPlan(model=1, probe=True), ready or [cheapest]
+        return DraftPlan(), ready
 
     def worths(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]

@@ -60,12 +60,6 @@ class CostModel:
         """Single-token target steps timed in the window."""
         return len(self.verify_times.get(1, ()))
 
-    @property
-    def slope_measured(self) -> bool:
-        """Whether a target forward over several tokens (without a catch-up) has been timed;
-        until then V's slope is the prefill's time per token, or the prior."""
-        return any(n > 1 and times for n, times in self.verify_times.items())
-
     def draft_cost(self) -> float:
         """c: draft time per proposed target token, in target steps."""
         return self.forward_cost() / self.tokens_per_forward()
