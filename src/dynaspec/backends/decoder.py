@@ -159,12 +159,14 @@ def attention(
     scaling: float,
 ) -> torch.Tensor:
     """(B, n, heads * d): each token's attention, heads merged; by attention_kernel for a few
-    queries over bf16 caches where it runs (not inside torch.compile: a C call would break
-    the graph), else by grouped_attention."""
+    queries over contiguous bf16 caches where it runs (not inside torch.compile: a C call
+    would break the graph), else by grouped_attention."""
     rows, heads, n, dim = query.shape
     if (
         rows * n <= KERNEL_QUERIES
         and not torch.compiler.is_compiling()
+        and key_cache.is_contiguous()
+        and value_cache.is_contiguous()
         and attention_kernel.supports(key_cache.dtype, heads, key_cache.shape[1], dim)
     ):
         return attention_kernel.attend(query, key_cache, value_cache, mask, scaling)
