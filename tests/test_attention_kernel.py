@@ -85,6 +85,15 @@ def test_the_kernel_takes_only_bf16_caches_and_its_shapes():
     assert not attention_kernel.supports(torch.bfloat16, 12, 5, 64)  # heads not in groups
 
 
+@needs_kernel
+def test_the_kernel_refuses_what_it_cannot_compute():
+    query, keys, values, mask = _problem(1, 4, 2, 1, 32, 20)
+    with pytest.raises(ValueError, match="float32"):
+        attention_kernel.attend(query.float(), keys.float(), values.float(), mask, 0.125)
+    with pytest.raises(ValueError, match="100 slots"):
+        attention_kernel.attend(query, keys, values, torch.ones(1, 1, 100, dtype=bool), 0.125)
+
+
 def _counting(monkeypatch) -> list[int]:
     calls: list[int] = []
     attend = attention_kernel.attend

@@ -62,6 +62,13 @@ def attend(
     query, mask = query.contiguous(), mask.contiguous()
     if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
         raise ValueError("the attention kernel reads contiguous caches")
+    if not supports(key_cache.dtype, heads, kv_heads, dim) or mask.shape[-1] > length:
+        raise ValueError(
+            f"the attention kernel takes bf16 caches, d a multiple of 16 and at most "
+            f"{MAX_GROUPS} query heads a key/value head, attending at most the cache's "
+            f"{length} slots; got {key_cache.dtype}, d = {dim}, {heads} over {kv_heads} heads, "
+            f"{mask.shape[-1]} slots"
+        )
     out = torch.empty(rows, n, heads * dim, dtype=torch.bfloat16)
     function(
         query.data_ptr(),
