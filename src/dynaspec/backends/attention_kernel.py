@@ -41,8 +41,13 @@ readiness = KERNEL.readiness
 def supports(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
     """Whether attention of these shapes over caches of `dtype` can use the kernel (builds
     it at the first call)."""
+    return _computes(dtype, heads, kv_heads, head_dim) and available()
+
+
+def _computes(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether the kernel computes attention of these shapes over caches of `dtype`."""
     shaped = head_dim % 16 == 0 and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUPS
-    return dtype == torch.bfloat16 and shaped and available()
+    return dtype == torch.bfloat16 and shaped
 
 
 @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
@@ -62,7 +67,7 @@ def attend(
     query, mask = query.contiguous(), mask.contiguous()
     if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
         raise ValueError("the attention kernel reads contiguous caches")
-    if not supports(key_cache.dtype, heads, kv_heads, dim) or mask.shape[-1] > length:
+    if not _computes(key_cache.dtype, heads, kv_heads, dim) or mask.shape[-1] > length:
         raise ValueError(
             f"the attention kernel takes bf16 caches, d a multiple of 16 and at most "
             f"{MAX_GROUPS} query heads a key/value head, attending at most the cache's "

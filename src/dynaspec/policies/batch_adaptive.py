@@ -140,11 +140,7 @@ class BatchAdaptivePolicy:
         expected to pay (where it is, starting it is `ready`'s choice), when its catch-up is
         cheap (`AdaptivePolicy.cheap_probe`); else no draft."""
         shared = self.shared
-        rows = ready or [
-            row
-            for row, offer in enumerate(options)
-            if offer is not None and offer.catchup is not None
-        ]
+        rows = ready or _drafting(options)
         if not rows:
             return DraftPlan(), ready
         cheapest = min(rows, key=lambda row: options[row].catchup)  # type: ignore[union-attr]
@@ -185,11 +181,7 @@ class BatchAdaptivePolicy:
         ahead does not ride along on the last row's savings. Priced on SETTLE_STEPS timed
         steps at least where the batch has more than one row, and one row at a time until
         MEASURED_FIRST first drafted tokens have been judged."""
-        rows = [
-            row
-            for row, offer in enumerate(options)
-            if offer is not None and offer.catchup is not None
-        ]
+        rows = _drafting(options)
         in_step = [row for row in rows if options[row].catchup <= 2]  # type: ignore[union-attr]
         lagging = sorted(
             (row for row in rows if row not in in_step),
@@ -370,3 +362,10 @@ def batch_round(rounds: Sequence[Round]) -> Round:
         draft_time_s=longest.draft_time_s,
         target_time_s=widest.target_time_s,
     )
+
+
+def _drafting(options: Sequence[DraftOptions | None]) -> list[int]:
+    """The rows still going whose draft model may draft (those with a catch-up to offer)."""
+    return [
+        row for row, offer in enumerate(options) if offer is not None and offer.catchup is not None
+    ]

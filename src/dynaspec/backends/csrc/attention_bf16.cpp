@@ -28,14 +28,13 @@
 
 #include <vector>
 
+#include "bf16_tiles.h"
+
 namespace {
 
-constexpr int MAX_GROUPS = 16;
+using bf16_tiles::from_bf16;
 
-inline __m512 load_bf16(const uint16_t* p) {
-    __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
-}
+constexpr int MAX_GROUPS = 16;
 
 inline float bf16_float(uint16_t h) {
     uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -74,7 +73,7 @@ void scores(const float* queries, const uint16_t* keys, const uint8_t* mask, con
         for (int g = 0; g < s.groups; ++g) sums[g] = _mm512_setzero_ps();
         const uint16_t* key = keys + static_cast<size_t>(j) * s.d;
         for (int c = 0; c < chunks; ++c) {
-            __m512 k = load_bf16(key + 16 * c);
+            __m512 k = from_bf16(key + 16 * c);
             for (int g = 0; g < s.groups; ++g)
                 sums[g] = _mm512_fmadd_ps(_mm512_loadu_ps(queries + g * s.d + 16 * c), k, sums[g]);
         }
@@ -102,7 +101,8 @@ inline __m512 exp_nonpositive(__m512 x) {
     return _mm512_maskz_scalef_ps(finite, y, k);
 }
 
-// Round 16 finite floats to bf16 (nearest even) and back to float32.
+// Round 16 finite floats to bf16 (nearest even) and back to float32: bf16_tiles::to_bf16's
+// rounding without its NaN case and its narrowing, for the softmax's finite probabilities.
 inline __m512 round_bf16(__m512 x) {
     __m512i bits = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -138,7 +138,8 @@ void attend_one(const uint16_t* q, const uint16_t* kc, const uint16_t* vc, const
     for (int g = 0; g < s.groups; ++g) {
         const int head = h * s.groups + g;
         const uint16_t* query = q + ((static_cast<size_t>(b) * s.heads + head) * s.n + i) * s.d;
-        for (int e = 0; e < s.d; ++e) queries[g * s.d + e] = bf16_float(query[e]);
+        for (int c = 0; c < chunks; ++c)
+            _mm512_storeu_ps(queries + g * s.d + 16 * c, from_bf16(query + 16 * c));
     }
     const uint8_t* visible = mask + (static_cast<size_t>(b) * s.n + i) * s.A;
     scores(queries, kc + cache, visible, s, p);
@@ -149,7 +150,7 @@ void attend_one(const uint16_t* q, const uint16_t* kc, const uint16_t* vc, const
         if (!visible[j]) continue;
         const uint16_t* value = vc + cache + static_cast<size_t>(j) * s.d;
         for (int c = 0; c < chunks; ++c) {
-            __m512 v = load_bf16(value + 16 * c);
+            __m512 v = from_bf16(value + 16 * c);
             for (int g = 0; g < s.groups; ++g) {
                 float* into = acc + g * s.d + 16 * c;
                 __m512 w = _mm512_set1_ps(p[g * stride + j]);
@@ -160,7 +161,10 @@ void attend_one(const uint16_t* q, const uint16_t* kc, const uint16_t* vc, const
     uint16_t* token = out + (static_cast<size_t>(b) * s.n + i) * s.heads * s.d;
     for (int g = 0; g < s.groups; ++g) {
         uint16_t* head = token + static_cast<size_t>(h * s.groups + g) * s.d;
-        for (int e = 0; e < s.d; ++e) head[e] = float_bf16(any ? acc[g * s.d + e] : NAN);
+        for (int c = 0; c < chunks; ++c) {
+            const __m512 sum = any ? _mm512_loadu_ps(acc + g * s.d + 16 * c) : _mm512_set1_ps(NAN);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(head + 16 * c), bf16_tiles::to_bf16(sum));
+        }
     }
 }
 

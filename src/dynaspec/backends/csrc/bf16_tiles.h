@@ -40,6 +40,12 @@ inline __m512bh pair(const uint16_t* x, int64_t k) {
     return reinterpret_cast<__m512bh>(_mm512_set1_epi32(both));
 }
 
+// 16 bf16 values widened to float32 (exact).
+inline __m512 from_bf16(const uint16_t* p) {
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
 // float32 lanes rounded to bf16 as torch's CPU conversion rounds them (to nearest, ties to
 // even; a NaN becomes 0xFFFF), with AVX512-F alone (the VNNI kernels' CPUs may lack AVX512-BF16).
 inline __m256i to_bf16(__m512 v) {

@@ -16,6 +16,8 @@
 
 #include <vector>
 
+#include "bf16_tiles.h"
+
 namespace int8_activations {
 
 constexpr int GROUP = 128;   // activation columns sharing one scale
@@ -32,13 +34,6 @@ inline void dpbusd(__m512i& acc, __m512i u, __m512i s) {
 // The same with the signed bytes a 32-bit word in memory, broadcast to every lane.
 inline void dpbusd_broadcast(__m512i& acc, __m512i u, const int8_t* s) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(s)));
-}
-
-inline float bf16_to_float(uint16_t v) {
-    const uint32_t bits = static_cast<uint32_t>(v) << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 // Rows the activations are given: 1 token alone; 2 to 5 as a pass of TOKENS (measured: a
@@ -76,8 +71,7 @@ struct Activations {
         __m512 values[VECTORS];
         __m512 top = _mm512_setzero_ps();
         for (int v = 0; v < VECTORS; ++v) {
-            const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 16 * v));
-            values[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+            values[v] = bf16_tiles::from_bf16(in + 16 * v);
             top = _mm512_max_ps(top, _mm512_abs_ps(values[v]));
         }
         const float s = _mm512_reduce_max_ps(top) / 127.0f;
