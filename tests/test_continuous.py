@@ -10,6 +10,7 @@ import torch
 from tiny_models import noisy_copy, tiny_model
 
 import dynaspec
+from dynaspec.backends.hf_batch import HFBatchAdapter
 from dynaspec.continuous import ContinuousBatch
 from dynaspec.core.config import SpecConfig
 from dynaspec.errors import ConfigError, InputError
@@ -216,3 +217,25 @@ def test_a_joining_prompts_prefill_prices_the_drafts_catch_up(pair) -> None:
     batch.admit(joining)
     assert len(costs.prefill_costs) == 1 and costs.prefill_costs[0] > 0
     assert joining.seconds > 0 and joining.done == len(prompt) - 1
+
+
+def test_rows_join_a_cache_rolled_back_to_nothing(pair) -> None:
+    """A cache whose every row was rolled back to no tokens still holds those rows (layers
+    of zero columns): rows that join afterwards are added to it, and a forward over all of
+    them gives each row what it gives alone. (Found in CI: a draft whose only row had
+    rolled back to nothing took two joining rows, and its next forward failed.)"""
+    target, _ = pair
+    adapter = HFBatchAdapter(target)
+    adapter.begin(torch.tensor([PROMPTS[0]]), torch.ones(1, len(PROMPTS[0]), dtype=torch.long))
+    adapter.forward([torch.tensor(PROMPTS[0])], [1])
+    adapter.crop([0])
+    for prompt in (PROMPTS[2], PROMPTS[3]):
+        adapter.join(torch.tensor(prompt[-1:]))
+    assert adapter.num_cached == [0, 0, 0]
+    for layer in adapter.cache.layers:
+        assert layer.keys.shape[0] == 3
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
+    logits = adapter.forward([torch.tensor(prompt) for prompt in prompts], [1, 1, 1])
+    for row, prompt in enumerate(prompts):
+        alone_logits = target(torch.tensor([prompt])).logits[0, -1]
+        torch.testing.assert_close(logits[row][0], alone_logits, rtol=1e-4, atol=1e-5)

@@ -31,7 +31,10 @@ def _layers(cache: Any) -> Iterator[Any]:
                 "running batch (only full-attention DynamicLayer caches can): serve this model "
                 "with --max-batch 1, or generate() one prompt at a time"
             )
-        if layer.is_initialized and layer.keys is not None and layer.keys.numel():
+        # A layer holds rows once it is 4-D, even with no columns left (a rollback to
+        # nothing cached): those rows must still join and leave with the batch. Only the
+        # 1-D placeholder of a layer never fed holds none.
+        if layer.is_initialized and layer.keys is not None and layer.keys.dim() == 4:
             yield layer
     if not hasattr(cache, "layers"):
         raise UnsupportedModelError(
