@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_model
 from torch import nn
 
 from dynaspec.backends import int4_kernel
 from dynaspec.backends.quant import INT4_TOLERANCE, Int4Linear, Int8Linear, quantize_linear
+from dynaspec.backends.static import make_fast
 
 needs_kernel = pytest.mark.skipif(
     not int4_kernel.available(), reason=f"int4 kernel: {int4_kernel.unavailable_reason()}"
@@ -126,6 +128,21 @@ def test_int4_keeps_4_bit_layers_in_int4_and_finer_ones_in_int8() -> None:
     torch.testing.assert_close(made(x), on_grid(x), rtol=1e-2, atol=1e-3)
     finer = nn.Linear(96, 16)  # float weights: 4 bits would lose about 10%
     assert isinstance(quantize_linear(finer, "int4"), Int8Linear)
+    # a draft's layers: 4 bits whatever they lose (only acceptance depends on them)
+    coarse = quantize_linear(finer, "int4", int4_everywhere=True)
+    assert isinstance(coarse, Int4Linear) and coarse.error > INT4_TOLERANCE
+    torch.testing.assert_close(coarse(x), finer(x), rtol=0.3, atol=0.05)
+
+
+@needs_kernel
+def test_a_fast_draft_puts_every_layer_in_4_bits_and_a_target_does_not() -> None:
+    def kinds(adapter) -> set[str]:
+        return {type(m).__name__ for m in adapter.decoder.modules() if "Linear" in type(m).__name__}
+
+    target = make_fast(tiny_model("llama"), quantize="int4")
+    draft = make_fast(tiny_model("llama"), quantize="int4", draft=True)
+    assert "Int8Linear" in kinds(target)  # the tiny model's float weights are finer
+    assert kinds(draft) == {"Int4Linear"} and draft.fast.int4_everywhere
 
 
 def test_without_the_kernel_int4_layers_use_torchs_kernel(monkeypatch) -> None:

@@ -287,8 +287,10 @@ class StaticDecoder(nn.Module):
         prepack: bool = False,
         release: bool = False,
         progress: str | None = None,
+        int4_everywhere: bool = False,
     ) -> None:
         """quantize: None or one of quant.QUANTIZE_MODES (every linear layer, the head included);
+        int4_everywhere: int4/w4a8 put even the layers finer than 4 bits in 4 bits (a draft);
         dense_batches: int8 keeps its codes dense for many-token forwards (2 bytes a weight);
         prepack: bf16 dense weights prepacked for oneDNN (a copy: the model's own weights
         are then no longer used); release: free each original weight as soon as its copy
@@ -302,7 +304,13 @@ class StaticDecoder(nn.Module):
         mappings = clean_file_mappings() if release else ()
 
         def linear(layer: nn.Module) -> nn.Module:
-            made = quantize_linear(layer, quantize, dense_batches=dense_batches, prepack=prepack)
+            made = quantize_linear(
+                layer,
+                quantize,
+                dense_batches=dense_batches,
+                prepack=prepack,
+                int4_everywhere=int4_everywhere,
+            )
             if release:
                 release_replaced(layer, made, mappings)
                 trim_heap()

@@ -308,7 +308,12 @@ class Int4Linear(nn.Module):
 
 
 def quantize_linear(
-    linear: nn.Linear, mode: str | None, *, dense_batches: bool = False, prepack: bool = False
+    linear: nn.Linear,
+    mode: str | None,
+    *,
+    dense_batches: bool = False,
+    prepack: bool = False,
+    int4_everywhere: bool = False,
 ) -> nn.Module:
     """A layer computing `linear` from new weights (the original is never changed).
 
@@ -317,7 +322,8 @@ def quantize_linear(
     "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
     int8 kernel (backends/w8a8_kernel.py; a model whose outputs are its own). "w4a8": the
     int4 codes on the 4-bit x int8 kernel (backends/w4a8_kernel.py), layers finer than 4 bits
-    as w8a8.
+    as w8a8. `int4_everywhere`: int4 and w4a8 put every layer in 4 bits, those finer too (a
+    draft's: its precision changes how often its tokens are accepted, never the output).
     """
     if mode is None:
         return PackedLinear(linear) if prepack and can_prepack(linear.weight) else linear
@@ -333,14 +339,14 @@ def quantize_linear(
         return Int8Linear(weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape))
     if mode == "w4a8":
         four = Int4Linear(weight, linear.bias, _integer_kernel(w4a8_kernel, *weight.shape))
-        if four.error > INT4_TOLERANCE:  # finer than 4 bits: int8, the same activations
+        if four.error > INT4_TOLERANCE and not int4_everywhere:  # finer: int8, same activations
             return Int8Linear(
                 weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape)
             )
         return four
     if mode == "int4":
         quantized = Int4Linear(weight, linear.bias)
-        if quantized.error > INT4_TOLERANCE:  # finer than 4 bits: int8 keeps it
+        if quantized.error > INT4_TOLERANCE and not int4_everywhere:  # finer: int8 keeps it
             return Int8Linear(weight, linear.bias, dense_batches, prepack)
         return quantized
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")

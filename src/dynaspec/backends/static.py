@@ -60,6 +60,10 @@ class FastConfig:
     prepack: bool = False  # bf16/float32 on CPU: weights prepacked for oneDNN (a copy of each)
     pad_to_buckets: bool | None = None  # pad forwards to a bucket (None: when compiled)
     dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
+    # int4/w4a8: every layer in 4 bits, also those finer than 4 bits (quant.INT4_TOLERANCE),
+    # which a target keeps in int8 to stay close to its own model. A draft's precision only
+    # changes how often its tokens are accepted, and 4 bits halve what a draft step reads.
+    int4_everywhere: bool = False
 
     def __post_init__(self) -> None:
         if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
@@ -132,6 +136,7 @@ class StaticAdapter:
             prepack=self.fast.prepack,
             release=release,
             progress=progress,
+            int4_everywhere=self.fast.int4_everywhere,
         )
         self.config = model.config  # read-only: generate and the CLI read it (EOS, kind)
         self.generation_config = getattr(model, "generation_config", None)
@@ -275,7 +280,7 @@ def make_fast(
     fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
     weights: prepacked ones do not trace); quantize: "int8", "int4", "w8a8" or "w4a8".
     `draft`: the model only drafts, so int8 keeps no dense codes for verification (they cost
-    2 bytes a weight).
+    2 bytes a weight) and int4/w4a8 put every layer in 4 bits (`FastConfig.int4_everywhere`).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that
     prepacked or quantized weights replace the originals once the caller drops `model`.
     `release`: the caller owns `model` and will not run it again, so each original linear
@@ -287,7 +292,11 @@ def make_fast(
         return model
     check_supported(model, _option_names(static, compile, quantize, draft))
     config = FastConfig(
-        compile=compile, quantize=quantize, prepack=not compile, dense_batches=not draft
+        compile=compile,
+        quantize=quantize,
+        prepack=not compile,
+        dense_batches=not draft,
+        int4_everywhere=draft,
     )
     return StaticAdapter(model, config, release=release, progress=progress)
 
