@@ -106,6 +106,9 @@ FAST_METHODS: dict[str, FastMethod] = {
             "w8a8-adaptive", "w8a8", "int8", "w8a8-target", "w8a8 target, int8 draft, adaptive"
         ),
         FastMethod("w8a8-hybrid", "w8a8", "int8", "w8a8-target", "w8a8, int8 draft + lookup", True),
+        FastMethod(
+            "w8a8-hybrid-w4a8", "w8a8", "w4a8", "w8a8-target", "w8a8, w4a8 draft + lookup", True
+        ),
         # 4-bit weights and int8 activations (backends/w4a8_kernel.py; finer layers w8a8)
         FastMethod("w4a8-target", "w4a8", None, None, "w4a8 static-cache target alone"),
         FastMethod(
