@@ -131,7 +131,8 @@ def test_int4_keeps_4_bit_layers_in_int4_and_finer_ones_in_int8() -> None:
     # a draft's layers: 4 bits whatever they lose (only acceptance depends on them)
     coarse = quantize_linear(finer, "int4", int4_everywhere=True)
     assert isinstance(coarse, Int4Linear) and coarse.error > INT4_TOLERANCE
-    torch.testing.assert_close(coarse(x), finer(x), rtol=0.3, atol=0.05)
+    want = finer(x)  # 4 bits move its outputs about as much as its weights (~10%)
+    assert (coarse(x) - want).norm() / want.norm() < 0.3
 
 
 @needs_kernel
