@@ -62,7 +62,7 @@ class FastConfig:
     dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
     # int4/w4a8: every layer in 4 bits, also those finer than 4 bits (quant.INT4_TOLERANCE),
     # which a target keeps in int8 to stay close to its own model. A draft's precision only
-    # changes how often its tokens are accepted, and 4 bits halve what a draft step reads.
+    # changes how often its tokens are accepted, and 4 bits cut what a draft step reads.
     int4_everywhere: bool = False
 
     def __post_init__(self) -> None:
