@@ -292,13 +292,16 @@ def make_fast(
         return model
     check_supported(model, _option_names(static, compile, quantize, draft))
     config = FastConfig(
-        compile=compile,
-        quantize=quantize,
-        prepack=not compile,
-        dense_batches=not draft,
-        int4_everywhere=draft,
+        compile=compile, quantize=quantize, prepack=not compile, **role_fields(draft)
     )
     return StaticAdapter(model, config, release=release, progress=progress)
+
+
+def role_fields(draft: bool) -> dict[str, bool]:
+    """The FastConfig fields in which a model that only drafts differs from a target: it
+    never verifies, so int8 keeps no dense codes, and its precision never changes the
+    output, so int4/w4a8 put every layer in 4 bits."""
+    return {"dense_batches": not draft, "int4_everywhere": draft}
 
 
 def _option_names(

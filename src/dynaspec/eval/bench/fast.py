@@ -46,7 +46,7 @@ from time import perf_counter
 from typing import Any
 
 from dynaspec.backends.llamacpp import LlamaCppAdapter
-from dynaspec.backends.static import FastConfig, StaticAdapter, round_up
+from dynaspec.backends.static import FastConfig, StaticAdapter, role_fields, round_up
 from dynaspec.errors import ConfigError
 
 LLAMACPP = "llamacpp-target"
@@ -215,8 +215,7 @@ class FastModels:
             if self.models[role] is None:
                 raise ConfigError(f"the fast methods need a {role} model")
             fields = dict(_VARIANTS[variant])
-            fields["dense_batches"] = role == "target"  # a draft never verifies
-            fields["int4_everywhere"] = role == "draft"  # as make_fast(draft=True)
+            fields.update(role_fields(draft=role == "draft"))  # as make_fast(draft=...)
             if self.compile:
                 fields["prepack"] = False
             config = FastConfig(compile=self.compile, **fields)
