@@ -53,3 +53,7 @@ def test_the_integer_targets_methods_are_asked_for_by_name() -> None:
     accepted by name."""
     assert not any(m.startswith(("w8a8", "w4a8")) for m in DEFAULT_BATCH_METHODS)
     assert parse_batch_methods("w8a8-target,w4a8-hybrid") == ("w8a8-target", "w4a8-hybrid")
+    # a bf16 target with the 4-bit draft: the target's own output, but the draft's kernel
+    # needs AVX512-VNNI too, so it is asked for by name as well
+    assert "fast-hybrid-w4a8" not in DEFAULT_BATCH_METHODS
+    assert parse_batch_methods("fast-hybrid-w4a8") == ("fast-hybrid-w4a8",)

@@ -116,3 +116,14 @@ def test_a_w4a8_target_speculative_equals_itself_alone(schedule: str) -> None:
         num_assistant_tokens=7,
         num_assistant_tokens_schedule=schedule,
     )
+
+
+@needs_kernel
+def test_a_transformers_target_with_a_w4a8_draft_gives_its_own_output() -> None:
+    """The bench's `hybrid-w4a8` pairing: the target as loaded (transformers' forward) and
+    the draft in 4 bits on the kernel, prompt lookup on: the target alone's output."""
+    target, draft = bf16_llama_pair()
+    fast_draft = make_fast(draft, static=True, quantize="w4a8", draft=True)
+    prompts = random_prompts(4, 128, min_len=3, max_len=10, seed=5)
+    assert_speculative_equals_alone(target, fast_draft, prompts)
+    assert_speculative_equals_alone(target, fast_draft, prompts, prompt_lookup_num_tokens=8)

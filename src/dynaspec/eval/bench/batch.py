@@ -86,6 +86,10 @@ BATCH_METHODS: dict[str, Decode] = {
             "static-adaptive",
             "static-hybrid",
             *(f"{v}-{k}" for v in ("w8a8", "w4a8") for k in ("target", "adaptive", "hybrid")),
+            # the draft in 4 bits (every layer, int8 activations: AVX512-VNNI), lookup 32
+            "fast-hybrid-w4a8",
+            "w8a8-hybrid-w4a8",
+            "w4a8-hybrid-w4a8",
         )
     },
 }
@@ -97,8 +101,14 @@ _FAST = {name for name in BATCH_METHODS if name in FAST_METHODS}
 _BASE = {name: FAST_METHODS[name].reference for name in _FAST if FAST_METHODS[name].reference}
 # Methods whose target computes outputs of its own (int8 activations): not the bf16 target's.
 _OWN_OUTPUT = {name for name in _FAST if FAST_METHODS[name].target != "bf16"}
-# `--batch` without --methods: every method but those, which need AVX512-VNNI.
-DEFAULT_BATCH_METHODS = tuple(m for m in BATCH_METHODS if m not in _OWN_OUTPUT)
+# Methods with a model on the int8 x int8 kernels (w8a8/w4a8 target or draft): AVX512-VNNI.
+_VNNI = {
+    name
+    for name in _FAST
+    if {FAST_METHODS[name].target, FAST_METHODS[name].draft} & {"w8a8", "w4a8"}
+}
+# `--batch` without --methods: every method but those.
+DEFAULT_BATCH_METHODS = tuple(m for m in BATCH_METHODS if m not in _VNNI)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ target, so its output is compared with that target's own output (`reference`):
     static-adaptive  static target + static draft, both prepacked in the model's dtype (no
                      quantization: float32 on an AVX2-only CPU), adaptive    vs static-target
     static-hybrid    the same + prompt lookup                               vs static-target
+    adaptive-w4a8    the transformers target as loaded + the draft in 4 bits (w4a8, every
+                     layer; AVX512-VNNI), adaptive                           vs target
+    hybrid-w4a8      the same + prompt lookup                               vs target
     static-adaptive-llamacpp  static target + the draft's GGUF run by llama.cpp, adaptive
                      (needs llama-cpp-python)                                vs static-target
     static-hybrid-llamacpp    the same + prompt lookup                       vs static-target
@@ -61,7 +64,8 @@ class FastMethod:
     """A decoding method on fast adapters."""
 
     name: str  # as given to --methods
-    target: str  # target variant: "bf16" (prepacked), "int8", "int4", "w8a8" or "w4a8"
+    target: str  # target variant: "bf16" (prepacked), "int8", "int4", "w8a8" or "w4a8"; "eager":
+    #             the transformers model as loaded (transformers' forward)
     draft: str | None  # draft variant ("int8", "int4", "w4a8", ...), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
@@ -121,6 +125,17 @@ FAST_METHODS: dict[str, FastMethod] = {
             "w4a8-adaptive-w4a8", "w4a8", "w4a8", "w4a8-target", "w4a8 target and draft, adaptive"
         ),
         FastMethod("w4a8-hybrid-w4a8", "w4a8", "w4a8", "w4a8-target", "w4a8 both + lookup", True),
+        # The transformers target as loaded, verifying on transformers' forward as the
+        # peers' methods do, with the 4-bit draft: a draft never changes the output.
+        FastMethod("adaptive-w4a8", "eager", "w4a8", "target", "transformers target, w4a8 draft"),
+        FastMethod(
+            "hybrid-w4a8",
+            "eager",
+            "w4a8",
+            "target",
+            "transformers target, w4a8 draft + lookup",
+            True,
+        ),
         FastMethod(
             "fast-hybrid-w4a8",
             "bf16",
@@ -201,8 +216,10 @@ class FastModels:
         self.build_time_s: dict[str, float] = {}  # "target-int8" -> seconds
 
     def adapter(self, role: str, variant: str) -> Any:
-        """The `variant` ("bf16", "int8"; for the draft also "llamacpp") of the target or the
-        draft (`role`), compiled."""
+        """The `variant` ("bf16", "int8"; for the draft also "llamacpp"; "eager": the model as
+        loaded) of the target or the draft (`role`), compiled."""
+        if variant == "eager":
+            return self.models[role]
         key = (role, variant)
         if variant == "llamacpp" and key not in self.adapters:
             if self.draft_gguf is None:
@@ -239,6 +256,13 @@ class FastModels:
         models = [target] + ([draft] if draft is not None else [])
         return {
             "compile_time_s": round(sum(getattr(m, "compile_time_s", 0.0) for m in models), 3),
-            "weight_bytes": sum(m.weight_bytes() for m in models),
+            "weight_bytes": sum(_weight_bytes(m) for m in models),
             "fast_models": [repr(m) for m in models],
         }
+
+
+def _weight_bytes(model: Any) -> int:
+    """The bytes of weights an adapter holds, or a transformers model's parameters."""
+    if hasattr(model, "weight_bytes"):
+        return int(model.weight_bytes())
+    return sum(p.numel() * p.element_size() for p in model.parameters())
