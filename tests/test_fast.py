@@ -346,13 +346,14 @@ def test_bench_fast_methods_compare_with_their_own_target(tmp_path) -> None:
     assert "**BUG**" not in table  # uncompared methods are not mismatches
 
 
-def test_the_bench_s_eager_variant_is_the_model_as_loaded() -> None:
-    from dynaspec.eval.bench.fast import FAST_METHODS, FastModels, _weight_bytes
+def test_the_bench_eager_variant_is_the_model_as_loaded() -> None:
+    from dynaspec.eval.bench.fast import FAST_METHODS, FastModels, _describe, _weight_bytes
 
     target, draft = tiny_model("qwen2", vocab_size=VOCAB), tiny_model("qwen2", vocab_size=VOCAB)
     models = FastModels(target, draft, compile=False, max_length=64)
     assert models.adapter("target", "eager") is target
     assert _weight_bytes(target) == sum(p.numel() * p.element_size() for p in target.parameters())
+    assert _describe(target) == "Qwen2ForCausalLM (as loaded: transformers' forward)"
     # the transformers target with the 4-bit draft: compared with the eager target alone
     for name in ("adaptive-w4a8", "hybrid-w4a8"):
         assert (FAST_METHODS[name].target, FAST_METHODS[name].reference) == ("eager", "target")

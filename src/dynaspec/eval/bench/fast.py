@@ -257,8 +257,15 @@ class FastModels:
         return {
             "compile_time_s": round(sum(getattr(m, "compile_time_s", 0.0) for m in models), 3),
             "weight_bytes": sum(_weight_bytes(m) for m in models),
-            "fast_models": [repr(m) for m in models],
+            "fast_models": [_describe(m) for m in models],
         }
+
+
+def _describe(model: Any) -> str:
+    """An adapter's repr (its configuration), or a line for a transformers model as loaded."""
+    if hasattr(model, "weight_bytes"):
+        return repr(model)
+    return f"{type(model).__name__} (as loaded: transformers' forward)"
 
 
 def _weight_bytes(model: Any) -> int:
