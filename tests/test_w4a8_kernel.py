@@ -127,3 +127,20 @@ def test_a_transformers_target_with_a_w4a8_draft_gives_its_own_output() -> None:
     prompts = random_prompts(4, 128, min_len=3, max_len=10, seed=5)
     assert_speculative_equals_alone(target, fast_draft, prompts)
     assert_speculative_equals_alone(target, fast_draft, prompts, prompt_lookup_num_tokens=8)
+
+
+@needs_kernel
+def test_a_batch_on_a_transformers_target_with_a_w4a8_draft_gives_its_own_rows() -> None:
+    """`dynaspec generate --prompts-file F --batch-size 2` with the draft in 4 bits (the
+    default on such a CPU) and the target as loaded: each row the batched target alone's."""
+    import dynaspec
+    from dynaspec.eval.prompts_file import left_padded
+
+    target, draft = bf16_llama_pair()
+    fast_draft = make_fast(draft, static=True, quantize="w4a8", draft=True)
+    ids, mask = left_padded(random_prompts(2, 128, min_len=3, max_len=9, seed=7), 0)
+    common = {"attention_mask": mask, "max_new_tokens": 16, "pad_token_id": 0}
+    alone = dynaspec.generate(target, None, ids, **common)
+    for lookup in (None, 8):
+        out = dynaspec.generate(target, fast_draft, ids, prompt_lookup_num_tokens=lookup, **common)
+        assert torch.equal(out.sequences, alone.sequences)

@@ -25,6 +25,7 @@ from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
     add_fast_arguments,
     add_model_arguments,
+    auto_draft_quantize,
     check_lookup_arguments,
     check_model_arguments,
     check_text_arguments,
@@ -303,7 +304,15 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.generation import generate
 
     text = args.prompt if args.prompt is not None else args.text
+    auto = auto_draft_quantize(args)
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
+    if auto:
+        print(
+            "the draft runs in 4 bits on this CPU's AVX512-VNNI (the output is the target's "
+            "either way): --draft-quantize none keeps it as loaded",
+            file=sys.stderr,
+            flush=True,
+        )
     if describe_fast(args):  # building the fast copies is silent and takes a while
         print(
             "loading the models and building the fast path's copies of their weights "
