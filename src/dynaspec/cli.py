@@ -23,6 +23,7 @@ from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicec
 from dynaspec.eval.oracle.args import add_oracle_arguments
 from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
+    AUTO_DRAFT_NOTE,
     add_fast_arguments,
     add_model_arguments,
     auto_draft_quantize,
@@ -307,12 +308,7 @@ def run_generate(args: argparse.Namespace) -> int:
     auto = auto_draft_quantize(args)
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
     if auto:
-        print(
-            "the draft runs in 4 bits on this CPU's AVX512-VNNI (the output is the target's "
-            "either way): --draft-quantize none keeps it as loaded",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(AUTO_DRAFT_NOTE, file=sys.stderr, flush=True)
     if describe_fast(args):  # building the fast copies is silent and takes a while
         print(
             "loading the models and building the fast path's copies of their weights "

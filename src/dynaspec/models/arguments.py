@@ -185,6 +185,13 @@ def fast_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+# What `dynaspec generate` and `serve` say when `auto_draft_quantize` chose the 4-bit draft.
+AUTO_DRAFT_NOTE = (
+    "the draft runs in 4 bits on this CPU's AVX512-VNNI (the output is the target's either "
+    "way): --draft-quantize none keeps it as loaded"
+)
+
+
 def auto_draft_quantize(args: argparse.Namespace) -> bool:
     """The draft in 4 bits where nothing asks otherwise: with the preset pair, no fast-path
     flag and no --draft-quantize, on a CPU that runs bf16 and builds the w4a8 kernel

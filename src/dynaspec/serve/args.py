@@ -12,6 +12,7 @@ from pathlib import Path
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
+    AUTO_DRAFT_NOTE,
     add_fast_arguments,
     add_model_arguments,
     auto_draft_quantize,
@@ -144,12 +145,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_tokens_limit=args.max_tokens_limit,
     )
     if auto_draft_quantize(args):  # the preset pair's draft in 4 bits (models.arguments)
-        print(
-            "the draft runs in 4 bits on this CPU's AVX512-VNNI (every output is the "
-            "target's either way): --draft-quantize none keeps it as loaded",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(AUTO_DRAFT_NOTE, file=sys.stderr, flush=True)
     target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     how = "the target alone" if draft is None else f"speculative, schedule {args.schedule}"
