@@ -199,14 +199,8 @@ def auto_draft_quantize(args: argparse.Namespace) -> bool:
     A draft never changes the output (the target's forward is untouched); its forwards cost
     about a third of the bf16 draft's (benchmarks/eager-w4a8-avx512-2026-12-04). Whether it
     did; `--draft-quantize none` keeps the draft as loaded."""
-    explicit = (
-        getattr(args, "draft_quantize", None) is not None
-        or getattr(args, "static", False)
-        or getattr(args, "compile", False)
-        or getattr(args, "quantize", None) is not None
-        or getattr(args, "draft_engine", "torch") != "torch"
-        or getattr(args, "no_draft", False)
-    )
+    given = fast_options(args)  # --draft-quantize and --draft-engine only where given
+    explicit = any(given.values()) or "draft_quantize" in given or getattr(args, "no_draft", False)
     preset = args.target is None and args.draft is None and args.pair != TINY_PAIR
     if explicit or not preset:
         return False
