@@ -174,6 +174,44 @@ def least_time(copies, models, step, draft_step, catchup, others) -> float:  # n
     return min(solve(False), solve(True))
 
 
+def measure_row(static_draft, prompt, new, eos, step):  # noqa: ANN001, ANN201
+    """(the row's record, (copy runs, model runs, the draft's catch-up s)) of one row whose
+    new tokens are `new` (cut after its first EOS)."""
+    ends = [i for i, token in enumerate(new) if token in eos]
+    new = new[: ends[0] + 1] if ends else new
+    full = torch.cat([prompt[0], torch.tensor(new)])
+    trace = trace_draft(static_draft, prompt, full, prompt.shape[1])
+    static_draft.begin(prompt, max_length=prompt.shape[1] + 8)
+    catchup = median_time(
+        lambda: (static_draft.crop(0), static_draft.forward(prompt[0], 1)), repeats=3
+    )
+    static_draft.crop(0)
+    copies = copy_runs(prompt[0].tolist(), new)
+    models = model_runs(list(trace.tokens), new)
+    row = {
+        "prompt_tokens": prompt.shape[1],
+        "new_tokens": len(new),
+        "copy_covered": sum(1 for c in copies if c),
+        "mean_model_run": float(np.mean(models)),
+        "draft_catchup_s": round(catchup, 3),
+        "fewest_rounds": fewest_rounds(copies, models),
+        "target_alone_steps_s": round(sum(step[1] for _ in new[1:]), 3),
+    }
+    return row, (copies, models, catchup)
+
+
+def add_least_times(rows: list[dict], runs: list[tuple], step, draft_step: float) -> None:  # noqa: ANN001
+    """Each row's least decode time, alone and with the other rows that cannot have ended."""
+    for index, (copies, models, catchup) in enumerate(runs):
+        # round t carries a token of every other row that cannot have ended before it
+        fewest = [row["fewest_rounds"] for other, row in enumerate(rows) if other != index]
+        others = [sum(r > t for r in fewest) for t in range(len(copies) + 1)]
+        by_itself = least_time(copies, models, step, draft_step, catchup, [0] * len(others))
+        rows[index]["least_decode_alone_s"] = round(by_itself, 3)
+        least = least_time(copies, models, step, draft_step, catchup, others)
+        rows[index]["least_decode_s"] = round(least, 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
@@ -220,38 +258,10 @@ def main() -> None:
         step = envelope(forward_times(static_target, context, LENGTHS), COPY_CAP + MODEL_CAP + 1)
         draft_step = forward_times(static_draft, context, (1,))[1]
         for prompt, out in zip(prompts, outputs, strict=True):
-            new = out.tolist()
-            ends = [i for i, token in enumerate(new) if token in eos]
-            new = new[: ends[0] + 1] if ends else new
-            full = torch.cat([prompt[0], torch.tensor(new)])
-            trace = trace_draft(static_draft, prompt, full, prompt.shape[1])
-            static_draft.begin(prompt, max_length=prompt.shape[1] + 8)
-            catchup = median_time(
-                lambda p=prompt: (static_draft.crop(0), static_draft.forward(p[0], 1)), repeats=3
-            )
-            static_draft.crop(0)
-            copies = copy_runs(prompt[0].tolist(), new)
-            models = model_runs(list(trace.tokens), new)
-            runs.append((copies, models, catchup))
-            rows.append(
-                {
-                    "prompt_tokens": prompt.shape[1],
-                    "new_tokens": len(new),
-                    "copy_covered": sum(1 for c in copies if c),
-                    "mean_model_run": float(np.mean(models)),
-                    "draft_catchup_s": round(catchup, 3),
-                    "fewest_rounds": fewest_rounds(copies, models),
-                    "target_alone_steps_s": round(sum(step[1] for _ in new[1:]), 3),
-                }
-            )
-    for index, (copies, models, catchup) in enumerate(runs):
-        # round t carries a token of every other row that cannot have ended before it
-        fewest = [row["fewest_rounds"] for other, row in enumerate(rows) if other != index]
-        others = [sum(r > t for r in fewest) for t in range(len(copies) + 1)]
-        by_itself = least_time(copies, models, step, draft_step, catchup, [0] * len(others))
-        rows[index]["least_decode_alone_s"] = round(by_itself, 3)
-        least = least_time(copies, models, step, draft_step, catchup, others)
-        rows[index]["least_decode_s"] = round(least, 3)
+            row, run = measure_row(static_draft, prompt, out.tolist(), eos, step)
+            rows.append(row)
+            runs.append(run)
+    add_least_times(rows, runs, step, draft_step)
     bound = prefill + max(row["least_decode_s"] for row in rows)
     result = {
         "seed": args.seed,
