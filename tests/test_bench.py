@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -410,8 +411,6 @@ def test_command_line():
 
 
 def test_another_engines_divergence_is_a_peer_not_a_bug_of_dynaspecs():
-    from dataclasses import replace
-
     from dynaspec.eval.bench.aggregate import mismatch_counts
     from dynaspec.eval.bench.report import _mismatch_line
     from dynaspec.eval.bench.tables import format_mismatches
@@ -424,3 +423,72 @@ def test_another_engines_divergence_is_a_peer_not_a_bug_of_dynaspecs():
     assert format_mismatches(counts) == "3 (1 tie, 1 BUG, 1 peer)"
     assert _mismatch_line(peer).startswith("- **peer** openvino-spec")
     assert _mismatch_line(ours).startswith("- **BUG** hybrid")
+
+
+def _runs(*runs):
+    """`_Measured` runs from (output ids, wall time) pairs."""
+    return [
+        bench._Measured(MethodOutput(_record("t", "p", "m", wall).measurement, tuple(ids)), 0, None)
+        for ids, wall in runs
+    ]
+
+
+def test_a_repeated_method_keeps_its_median_run_and_every_runs_output_is_checked(monkeypatch):
+    divergence = Divergence(2, 3, 4, 1, 1.0, 0.0, 0.0, 0.1, 0.0, "bfloat16", "tie")
+    checked = []
+
+    def classify(target, input_ids, reference, output, tie_steps, dtype):
+        checked.append(list(output))
+        return divergence
+
+    monkeypatch.setattr(bench, "classify_mismatch", classify)
+    monkeypatch.setattr(bench, "model_dtype", lambda target: torch.bfloat16)
+    prompt = bench.BenchPrompt("t", "p", torch.tensor([[1, 2]]))
+    runs = {
+        "target": _runs(([1, 2, 3], 4.0), ([1, 2, 3], 6.0), ([1, 2, 3], 5.0)),
+        "adaptive": _runs(([1, 2, 3], 1.0), ([1, 2, 4], 3.0), ([1, 2, 3], 2.0)),
+    }
+    config = bench.BenchConfig(repeat=3)
+    record = bench._prompt_record(None, prompt, 0, "adaptive", runs, config)
+    assert record.measurement.wall_time_s == 2.0  # the median run, not the fastest
+    assert record.wall_times_s == (1.0, 3.0, 2.0)
+    assert record.speedup_vs_target == pytest.approx(5.0 / 2.0)  # median over median
+    # the median run agrees, another run parted: the record says so
+    assert checked == [[1, 2, 4]] and record.mismatch == divergence
+    assert record.matches_target is False and record.same_as_target is True
+    assert record.to_json()["wall_times_s"] == [1.0, 3.0, 2.0]
+    assert BenchRecord.from_json(record.to_json()).wall_times_s == (1.0, 3.0, 2.0)
+    alone = bench._prompt_record(None, prompt, 0, "target", runs, config)
+    assert alone.matches_target and alone.mismatch is None
+    # one run each: no list, as before
+    single = {name: found[:1] for name, found in runs.items()}
+    record = bench._prompt_record(None, prompt, 0, "adaptive", single, replace(config, repeat=1))
+    assert record.wall_times_s is None and "wall_times_s" not in record.to_json()
+    assert bench.median_run(_runs(([1], 2.0), ([1], 1.0))).output.measurement.wall_time_s == 1.0
+
+
+def test_repeat_runs_every_method_that_many_times_per_prompt(tmp_path, monkeypatch):
+    calls = Counter()
+    run_method = bench.run_method
+
+    def counted(runner, name, input_ids, reference, **kwargs):
+        calls[name] += 1
+        return run_method(runner, name, input_ids, reference, **kwargs)
+
+    monkeypatch.setattr(bench, "run_method", counted)
+    argv = ["--smoke", "--max-new-tokens", "4", "--no-progress", "--no-warmup"]
+    argv += ["--methods", "target,adaptive", "--repeat", "3", "--out", str(tmp_path)]
+    assert bench.run_bench(_parse(argv)) == 0
+    records = load_records(tmp_path / "results.jsonl")
+    prompts = len(bench.SMOKE_PROMPTS) * bench_args.SMOKE_N
+    assert calls == {"target": 3 * prompts, "adaptive": 3 * prompts}
+    assert len(records) == 2 * prompts
+    for record in records:
+        assert len(record.wall_times_s) == 3
+        assert record.measurement.wall_time_s == sorted(record.wall_times_s)[1]
+
+
+def test_repeat_is_refused_with_batch():
+    args = _parse(["--smoke", "--batch", "1,2", "--repeat", "2"])
+    with pytest.raises(ConfigError, match="drop --repeat"):
+        bench.run_bench(args)

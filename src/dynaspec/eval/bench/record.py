@@ -22,6 +22,7 @@ _LISTS = (
     "copied_per_round",
     "processors",
     "fast_models",
+    "wall_times_s",
 )
 
 
@@ -45,6 +46,7 @@ class BenchRecord:
     reference_method: str | None = None  # the method whose output it must equal
     same_as_target: bool | None = None  # output == the target alone's
     output_ids: tuple[int, ...] | None = None  # kept for the baseline and mismatches
+    wall_times_s: tuple[float, ...] | None = None  # every run's, in run order (--repeat N > 1)
     run: Mapping[str, Any] = field(default_factory=dict)  # the run's provenance
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +74,8 @@ class BenchRecord:
         if self.same_as_target is not None:
             data["reference_method"] = self.reference_method
             data["same_as_target"] = self.same_as_target
+        if self.wall_times_s is not None:
+            data["wall_times_s"] = self.wall_times_s
         data["output_sha"] = self.output_sha
         if self.output_ids is not None:
             data["output_ids"] = self.output_ids

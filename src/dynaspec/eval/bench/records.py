@@ -43,6 +43,7 @@ class BenchConfig:
     warmup: bool = True  # one untimed short generation per method before timing
     tie_steps: float = DEFAULT_TIE_STEPS  # classification bound for a numerical tie
     progress: bool = True  # tqdm progress bar over prompts x methods
+    repeat: int = 1  # timed runs of every method per prompt; a record keeps the median one
 
 
 @dataclass

@@ -127,6 +127,7 @@ def run_bench(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         tie_steps=args.tie_steps,
         progress=not args.no_progress,
+        repeat=args.repeat,
     )
     texts = _read_prompts(args)
     load_start = perf_counter()
@@ -243,7 +244,7 @@ def _run_prompts(
     from tqdm.auto import tqdm
 
     bar = tqdm(
-        total=len(prompts) * len(methods),
+        total=len(prompts) * len(methods) * config.repeat,
         desc="bench",
         unit="gen",
         disable=not config.progress,
@@ -251,17 +252,19 @@ def _run_prompts(
     )
     with bar:
         for index, prompt in enumerate(prompts):
-            by_method: dict[str, _Measured] = {}
-            for position, name in enumerate(method_order(methods, index)):
-                bar.set_postfix_str(f"{prompt.task}/{prompt.id} {name}", refresh=False)
-                load = _load_average()
-                reference = by_method[BASELINE].output.output_ids if BASELINE in by_method else ()
-                output = run_method(runner, name, prompt.input_ids, reference)
-                by_method[name] = _Measured(output, position, load)
-                bar.update(1)
+            runs: dict[str, list[_Measured]] = {name: [] for name in methods}
+            for repeat in range(config.repeat):  # each repeat in the next rotation
+                for position, name in enumerate(method_order(methods, index + repeat)):
+                    bar.set_postfix_str(f"{prompt.task}/{prompt.id} {name}", refresh=False)
+                    load = _load_average()
+                    baseline = runs.get(BASELINE)
+                    reference = baseline[0].output.output_ids if baseline else ()
+                    output = run_method(runner, name, prompt.input_ids, reference)
+                    runs[name].append(_Measured(output, position, load))
+                    bar.update(1)
             for name in methods:  # records in --methods order, whatever the run order
                 record = _prompt_record(
-                    reference_model(runner, name), prompt, index, name, by_method, config
+                    reference_model(runner, name), prompt, index, name, runs, config
                 )
                 record = replace(record, run=run_info or {})  # the run's, shared
                 result.records.append(record)
@@ -284,25 +287,32 @@ def _prompt_record(
     prompt: BenchPrompt,
     index: int,
     name: str,
-    by_method: dict[str, _Measured],
+    runs: dict[str, list[_Measured]],
     config: BenchConfig,
 ) -> BenchRecord:
-    """The record of `name` on `prompt`: its output compared with its reference's (the
-    target alone's, or a fast method's own target alone's) by the reference's `target`."""
-    measured = by_method[name]
+    """The record of `name` on `prompt`: its median run (`median_run`), every run's output
+    compared with its reference's (the target alone's, or a fast method's own target
+    alone's) by the reference's `target`; the mismatch is the median run's, else the first
+    other run's that differs."""
+    measured = median_run(runs[name])
     output = list(measured.output.output_ids)
     reference_method = SPECS[name].reference
-    reference = list(by_method[reference_method or BASELINE].output.output_ids)
-    divergence = None
+    reference = list(median_run(runs[reference_method or BASELINE]).output.output_ids)
+    baseline = list(median_run(runs[BASELINE]).output.output_ids)
     peer = SPECS[name].family in PEER_FAMILIES  # another engine: compared, not classified
-    if output != reference and reference_method is not None and not peer:
+    differing = [list(run.output.output_ids) for run in runs[name]]
+    differing = [ids for ids in [output, *differing] if ids != reference]
+    divergence = None
+    if differing and reference_method is not None and not peer:
         dtype = str(model_dtype(target)).removeprefix("torch.")
         divergence = classify_mismatch(
-            target, prompt.input_ids, reference, output, config.tie_steps, dtype
+            target, prompt.input_ids, reference, differing[0], config.tie_steps, dtype
         )
         _warn_mismatch(prompt, name, divergence)
     measurement = measured.output.measurement
     wall = measurement.wall_time_s
+    target_wall = median_run(runs[BASELINE]).output.measurement.wall_time_s
+    walls = tuple(run.output.measurement.wall_time_s for run in runs[name])
     return BenchRecord(
         task=prompt.task,
         prompt_id=prompt.id,
@@ -312,22 +322,27 @@ def _prompt_record(
         order_in_prompt=measured.order_in_prompt,
         load_avg_1m=measured.load_avg_1m,
         measurement=measurement,
-        speedup_vs_target=(
-            by_method[BASELINE].output.measurement.wall_time_s / wall if wall else None
-        ),
+        speedup_vs_target=target_wall / wall if wall else None,
         # None: not compared (a differently quantized model); same_as_target says if it agreed.
         matches_target=(
-            (output == reference if peer else divergence is None)
+            (not differing if peer else divergence is None)
             if reference_method is not None
             else None
         ),
         mismatch=divergence,
         output_sha=output_digest(output),
         reference_method=reference_method,
-        same_as_target=output == list(by_method[BASELINE].output.output_ids),
+        same_as_target=output == baseline,
         # kept for the reference, mismatches and other engines (whose models differ)
         output_ids=tuple(output) if name == BASELINE or divergence is not None or peer else None,
+        wall_times_s=walls if len(walls) > 1 else None,
     )
+
+
+def median_run(runs: Sequence[_Measured]) -> _Measured:
+    """The run with the median wall time (of an even number, the faster of the middle two)."""
+    ordered = sorted(runs, key=lambda run: run.output.measurement.wall_time_s)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _load_average() -> float | None:
@@ -363,6 +378,11 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
     from dynaspec.eval.bench.fast import FastModels
     from dynaspec.eval.bench.methods import DEFAULT_METHODS
 
+    if args.repeat != 1:
+        raise ConfigError(
+            "--repeat times the per-prompt bench; with --batch, drop --repeat and run the "
+            "command again for more runs"
+        )
     sizes = parse_batch_sizes(args.batch)
     chosen = (
         args.methods
