@@ -297,11 +297,13 @@ def _prompt_record(
     measured = median_run(runs[name])
     output = list(measured.output.output_ids)
     reference_method = SPECS[name].reference
-    reference = list(median_run(runs[reference_method or BASELINE]).output.output_ids)
-    baseline = list(median_run(runs[BASELINE]).output.output_ids)
+    baseline_run = median_run(runs[BASELINE])
+    baseline = list(baseline_run.output.output_ids)
+    reference_run = median_run(runs[reference_method]) if reference_method else baseline_run
+    reference = list(reference_run.output.output_ids)
     peer = SPECS[name].family in PEER_FAMILIES  # another engine: compared, not classified
-    differing = [list(run.output.output_ids) for run in runs[name]]
-    differing = [ids for ids in [output, *differing] if ids != reference]
+    others = [list(run.output.output_ids) for run in runs[name] if run is not measured]
+    differing = [ids for ids in (output, *others) if ids != reference]  # the median run's first
     divergence = None
     if differing and reference_method is not None and not peer:
         dtype = str(model_dtype(target)).removeprefix("torch.")
@@ -311,7 +313,7 @@ def _prompt_record(
         _warn_mismatch(prompt, name, divergence)
     measurement = measured.output.measurement
     wall = measurement.wall_time_s
-    target_wall = median_run(runs[BASELINE]).output.measurement.wall_time_s
+    target_wall = baseline_run.output.measurement.wall_time_s
     walls = tuple(run.output.measurement.wall_time_s for run in runs[name])
     return BenchRecord(
         task=prompt.task,
