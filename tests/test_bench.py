@@ -18,6 +18,7 @@ from dynaspec.eval import provenance
 from dynaspec.eval.bench import aggregate, plots, report
 from dynaspec.eval.bench import args as bench_args
 from dynaspec.eval.bench import methods as bench_methods
+from dynaspec.eval.bench import prompt_record as bench_record
 from dynaspec.eval.bench import run as bench
 from dynaspec.eval.bench.aggregate import median_of_ratios, per_prompt_ratios
 from dynaspec.eval.bench.measurement import Measurement, MethodOutput
@@ -426,9 +427,11 @@ def test_another_engines_divergence_is_a_peer_not_a_bug_of_dynaspecs():
 
 
 def _runs(*runs):
-    """`_Measured` runs from (output ids, wall time) pairs."""
+    """`Measured` runs from (output ids, wall time) pairs."""
     return [
-        bench._Measured(MethodOutput(_record("t", "p", "m", wall).measurement, tuple(ids)), 0, None)
+        bench_record.Measured(
+            MethodOutput(_record("t", "p", "m", wall).measurement, tuple(ids)), 0, None
+        )
         for ids, wall in runs
     ]
 
@@ -441,15 +444,15 @@ def test_a_repeated_method_keeps_its_median_run_and_every_runs_output_is_checked
         checked.append(list(output))
         return divergence
 
-    monkeypatch.setattr(bench, "classify_mismatch", classify)
-    monkeypatch.setattr(bench, "model_dtype", lambda target: torch.bfloat16)
+    monkeypatch.setattr(bench_record, "classify_mismatch", classify)
+    monkeypatch.setattr(bench_record, "model_dtype", lambda target: torch.bfloat16)
     prompt = bench.BenchPrompt("t", "p", torch.tensor([[1, 2]]))
     runs = {
         "target": _runs(([1, 2, 3], 4.0), ([1, 2, 3], 6.0), ([1, 2, 3], 5.0)),
         "adaptive": _runs(([1, 2, 3], 1.0), ([1, 2, 4], 3.0), ([1, 2, 3], 2.0)),
     }
     config = bench.BenchConfig(repeat=3)
-    record = bench._prompt_record(None, prompt, 0, "adaptive", runs, config)
+    record = bench_record.prompt_record(None, prompt, 0, "adaptive", runs, config)
     assert record.measurement.wall_time_s == 2.0  # the median run, not the fastest
     assert record.wall_times_s == (1.0, 3.0, 2.0)
     assert record.speedup_vs_target == pytest.approx(5.0 / 2.0)  # median over median
@@ -458,13 +461,17 @@ def test_a_repeated_method_keeps_its_median_run_and_every_runs_output_is_checked
     assert record.matches_target is False and record.same_as_target is True
     assert record.to_json()["wall_times_s"] == [1.0, 3.0, 2.0]
     assert BenchRecord.from_json(record.to_json()).wall_times_s == (1.0, 3.0, 2.0)
-    alone = bench._prompt_record(None, prompt, 0, "target", runs, config)
+    alone = bench_record.prompt_record(None, prompt, 0, "target", runs, config)
     assert alone.matches_target and alone.mismatch is None
     # one run each: no list, as before
     single = {name: found[:1] for name, found in runs.items()}
-    record = bench._prompt_record(None, prompt, 0, "adaptive", single, replace(config, repeat=1))
+    record = bench_record.prompt_record(
+        None, prompt, 0, "adaptive", single, replace(config, repeat=1)
+    )
     assert record.wall_times_s is None and "wall_times_s" not in record.to_json()
-    assert bench.median_run(_runs(([1], 2.0), ([1], 1.0))).output.measurement.wall_time_s == 1.0
+    assert (
+        bench_record.median_run(_runs(([1], 2.0), ([1], 1.0))).output.measurement.wall_time_s == 1.0
+    )
 
 
 def test_repeat_runs_every_method_that_many_times_per_prompt(tmp_path, monkeypatch):

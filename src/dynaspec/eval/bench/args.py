@@ -90,15 +90,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIE_STEPS,
         help="a mismatch within this many dtype steps of the top logit is a tie (default 4)",
     )
-    run.add_argument(
-        "--repeat",
-        type=int_at_least(1),
-        default=1,
-        metavar="N",
-        help="time every method N times per prompt, each time in a new order; a record "
-        "keeps the run with the median wall time and lists every run's (wall_times_s); "
-        "every run's output is compared with the target alone's (default 1)",
-    )
+    _add_repeat(run)
     _add_fast_compile(run)
     run.add_argument(
         "--batch",
@@ -117,6 +109,18 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         help="output folder (default: benchmarks/<pair>-<date>; with --smoke a new "
         "temporary folder, named on the first line)",
+    )
+
+
+def _add_repeat(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--repeat",
+        type=int_at_least(1),
+        default=1,
+        metavar="N",
+        help="time every method N times per prompt, each time in a new order; a record "
+        "keeps the run with the median wall time and lists every run's (wall_times_s); "
+        "every run's output is compared with the target alone's (default 1)",
     )
 
 

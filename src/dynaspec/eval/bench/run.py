@@ -42,7 +42,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 from typing import Any, TextIO
@@ -61,7 +61,6 @@ from dynaspec.eval.bench.args import (
     add_bench_arguments,
     equivalent_command,
 )
-from dynaspec.eval.bench.measurement import MethodOutput
 from dynaspec.eval.bench.methods import (
     BASELINE,
     PEER_FAMILIES,
@@ -74,18 +73,17 @@ from dynaspec.eval.bench.methods import (
     runnable_methods,
     warm_up,
 )
+from dynaspec.eval.bench.prompt_record import Measured, prompt_record
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.records import (
     BenchConfig,
     BenchPrompt,
     BenchResult,
-    output_digest,
     run_metadata,
     summary_text,
 )
 from dynaspec.eval.bench.runner import MethodRunner
 from dynaspec.eval.data import Prompt
-from dynaspec.eval.mismatch import Divergence, classify_mismatch, model_dtype
 from dynaspec.models.loading import eos_token_ids, load_models
 from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
 
@@ -252,7 +250,7 @@ def _run_prompts(
     )
     with bar:
         for index, prompt in enumerate(prompts):
-            runs: dict[str, list[_Measured]] = {name: [] for name in methods}
+            runs: dict[str, list[Measured]] = {name: [] for name in methods}
             for repeat in range(config.repeat):  # each repeat in the next rotation
                 for position, name in enumerate(method_order(methods, index + repeat)):
                     bar.set_postfix_str(f"{prompt.task}/{prompt.id} {name}", refresh=False)
@@ -260,10 +258,10 @@ def _run_prompts(
                     baseline = runs.get(BASELINE)
                     reference = baseline[0].output.output_ids if baseline else ()
                     output = run_method(runner, name, prompt.input_ids, reference)
-                    runs[name].append(_Measured(output, position, load))
+                    runs[name].append(Measured(output, position, load))
                     bar.update(1)
             for name in methods:  # records in --methods order, whatever the run order
-                record = _prompt_record(
+                record = prompt_record(
                     reference_model(runner, name), prompt, index, name, runs, config
                 )
                 record = replace(record, run=run_info or {})  # the run's, shared
@@ -273,99 +271,11 @@ def _run_prompts(
                     out.flush()
 
 
-@dataclass(frozen=True)
-class _Measured:
-    """A method's output on the current prompt, and where it ran in the prompt's order."""
-
-    output: MethodOutput
-    order_in_prompt: int
-    load_avg_1m: float | None
-
-
-def _prompt_record(
-    target: Any,
-    prompt: BenchPrompt,
-    index: int,
-    name: str,
-    runs: dict[str, list[_Measured]],
-    config: BenchConfig,
-) -> BenchRecord:
-    """The record of `name` on `prompt`: its median run (`median_run`), every run's output
-    compared with its reference's (the target alone's, or a fast method's own target
-    alone's) by the reference's `target`; the mismatch is the median run's, else the first
-    other run's that differs."""
-    measured = median_run(runs[name])
-    output = list(measured.output.output_ids)
-    reference_method = SPECS[name].reference
-    baseline_run = median_run(runs[BASELINE])
-    baseline = list(baseline_run.output.output_ids)
-    reference_run = median_run(runs[reference_method]) if reference_method else baseline_run
-    reference = list(reference_run.output.output_ids)
-    peer = SPECS[name].family in PEER_FAMILIES  # another engine: compared, not classified
-    others = [list(run.output.output_ids) for run in runs[name] if run is not measured]
-    differing = [ids for ids in (output, *others) if ids != reference]  # the median run's first
-    divergence = None
-    if differing and reference_method is not None and not peer:
-        dtype = str(model_dtype(target)).removeprefix("torch.")
-        divergence = classify_mismatch(
-            target, prompt.input_ids, reference, differing[0], config.tie_steps, dtype
-        )
-        _warn_mismatch(prompt, name, divergence)
-    measurement = measured.output.measurement
-    wall = measurement.wall_time_s
-    target_wall = baseline_run.output.measurement.wall_time_s
-    walls = tuple(run.output.measurement.wall_time_s for run in runs[name])
-    return BenchRecord(
-        task=prompt.task,
-        prompt_id=prompt.id,
-        prompt_index=index,
-        prompt_tokens=int(prompt.input_ids.shape[1]),
-        method=name,
-        order_in_prompt=measured.order_in_prompt,
-        load_avg_1m=measured.load_avg_1m,
-        measurement=measurement,
-        speedup_vs_target=target_wall / wall if wall else None,
-        # None: not compared (a differently quantized model); same_as_target says if it agreed.
-        matches_target=(
-            (not differing if peer else divergence is None)
-            if reference_method is not None
-            else None
-        ),
-        mismatch=divergence,
-        output_sha=output_digest(output),
-        reference_method=reference_method,
-        same_as_target=output == baseline,
-        # kept for the reference, mismatches and other engines (whose models differ)
-        output_ids=tuple(output) if name == BASELINE or divergence is not None or peer else None,
-        wall_times_s=walls if len(walls) > 1 else None,
-    )
-
-
-def median_run(runs: Sequence[_Measured]) -> _Measured:
-    """The run with the median wall time (of an even number, the faster of the middle two)."""
-    ordered = sorted(runs, key=lambda run: run.output.measurement.wall_time_s)
-    return ordered[(len(ordered) - 1) // 2]
-
-
 def _load_average() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         return None
-
-
-def _warn_mismatch(prompt: BenchPrompt, method: str, divergence: Divergence) -> None:
-    detail = (
-        f"{divergence.steps:.1f} {divergence.dtype} steps from the top logit"
-        if divergence.steps is not None
-        else "one output ended where the other did not"
-    )
-    print(
-        f"\n!!! MISMATCH [{divergence.kind}] {method} on {prompt.task}/{prompt.id}: differs "
-        f"from the target alone at new token {divergence.position} (target "
-        f"{divergence.target_token}, {method} {divergence.method_token}; {detail})",
-        file=sys.stderr,
-    )
 
 
 def _run_batch_bench(args: argparse.Namespace) -> int:
