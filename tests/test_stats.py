@@ -142,5 +142,6 @@ def test_a_round_serialises_with_asdict() -> None:
         "probe": False,
         "copy_choice": None,
         "copy_accepted": 1.0,
+        "guess": 0,
         "worth": 1.0,
     }

@@ -70,6 +70,8 @@ class Checked:
             draft_time_s=proposal.draft_time_s,
             target_time_s=self.target_time_s,
             other_time_s=other_time_s,
+            guess_fed=proposal.guess_fed,
+            guess_hits=proposal.guess_hits,
         )
 
 

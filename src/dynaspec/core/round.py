@@ -70,6 +70,9 @@ class DraftPlan:
     probe: bool = False  # the model drafts only to keep the policy's estimates fresh
     copy_choice: Choice | None = None  # the copy rule's choice (None: no match, or no rule)
     copy_accepted: float = 1.0  # the policy's estimate that every copied token is accepted
+    guess: int = 0  # of the lookup continuation after the copied tokens, this many are fed
+    #                 to the draft model as a guess of its own next tokens (drafters/
+    #                 draft_model.py): one forward drafts as many of them as it agrees with
     worth: float = 1.0  # in a batch, what one of the row's tokens is worth to the batch's
     #                     time (0: the row has ended; policies/batch_adaptive.py)
 
@@ -80,7 +83,8 @@ class DraftPlan:
     def within(self, most: int) -> DraftPlan:
         """The plan cut to at most `most` tokens: copied tokens first, then the model's."""
         copy = min(self.copy, most)
-        return replace(self, copy=copy, model=min(self.model, most - copy))
+        model = min(self.model, most - copy)
+        return replace(self, copy=copy, model=model, guess=min(self.guess, max(model - 1, 0)))
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class Proposal:
     catchup: int = 0  # tokens fed to the draft model's first forward (0: it did not run)
     num_copied: int = 0  # of `tokens`, the first ones copied by prompt lookup
     agreement: int = 0  # the copy's agreement (0: nothing copied)
+    guess_fed: int = 0  # guessed tokens fed to the draft model (DraftPlan.guess)
+    guess_hits: int = 0  # of the model's tokens, those drafted in a guessed row: no forward
+    #                      of their own
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,8 @@ class Round:
     draft_time_s: float  # wall time proposing (draft forwards, lookup search)
     target_time_s: float  # wall time of the target's verification forward
     other_time_s: float = 0.0  # the rest of the round: sampling, verification, bookkeeping
+    guess_fed: int = 0  # tokens fed to the draft model as a guess of its own (DraftPlan.guess)
+    guess_hits: int = 0  # of the model's tokens, those drafted without a forward of their own
 
     @property
     def time_s(self) -> float:

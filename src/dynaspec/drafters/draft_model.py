@@ -14,6 +14,8 @@ few forwards past that point; `crop` forgets them).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from dynaspec.core.protocols import ModelAdapter, Stopper
@@ -59,64 +61,93 @@ class ModelDrafter:
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
         first_index: int = 0,
+        guess: torch.Tensor | None = None,
     ) -> Proposal:
         """Up to `lookahead` tokens after `tokens` (committed, then any tokens another source
         proposed this round: `first_index` of them, which offsets the DraftStep index the
-        stopper sees)."""
+        stopper sees). `guess` (g,): tokens the draft may well draft next (a lookup
+        continuation); they are fed with the first forward, and its rows draft as many
+        tokens as agree with them, each as its own forward would (the proposal is the same
+        as without a guess, its forwards fewer)."""
         per_token = stopper.needs_confidence
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
-        drafted: list[torch.Tensor] = []  # 0-dim token ids
-        rows: list[torch.Tensor] = []  # (V,) distributions, sampling only
-        checks: list[torch.Tensor] = []  # per token: (token, confidence, finite) as float64
-        steps: list[DraftStep] = []
-        stop_reason = StopReason.MAX
+        guess = tokens.new_empty(0) if guess is None else guess[: max(lookahead - 1, 0)]
+        run = _Run(guess_fed=guess.numel())
         started = device_clock(self.device)
-        for index in range(lookahead):
-            logits = self.model.forward(pending, 1)[0]  # (V,)
-            if sampler.processors and logits.device != tokens.device:
-                # transformers' processors hold tensors on the target's device: a draft on
-                # another device is processed, and samples, there.
-                logits = logits.to(tokens.device)
-            try:
-                token, probs = sampler.next_draft(logits, tokens, drafted)
-            except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
-                check_finite(bool(torch.isfinite(logits).all()), self.model)
-                raise
-            drafted.append(token)
-            if sampler.config.do_sample:  # only speculative sampling needs the rows
-                rows.append(probs)
-            checks.append(torch.stack([token.double(), probs[token].double(), _finite(logits)]))
-            if per_token:  # one transfer: the token, its confidence and the check
-                step, reason = self._step(
-                    checks[-1].tolist(), index, first_index, tokens, stopper, eos_token_ids
-                )
-                steps.append(step)
-                if reason is not None:
-                    stop_reason = reason
+        while len(run.drafted) < lookahead and run.stop_reason is None:
+            rows = self.model.forward(torch.cat([pending, guess]), 1 + guess.numel())  # (1+g, V)
+            run.forwards += 1
+            for row, logits in enumerate(rows):
+                token = self._next(logits, tokens, run, sampler, guessed=row > 0)
+                if per_token:  # one transfer: the token, its confidence and the check
+                    self._ask(run, first_index, tokens, stopper, eos_token_ids)
+                if run.stop_reason is not None or row == guess.numel():
                     break
-            pending = token.view(1)
-        if not per_token and drafted:  # one transfer for the whole draft, then the stopper
-            for index, values in enumerate(torch.stack(checks).tolist()):
-                step, reason = self._step(
-                    values, index, first_index, tokens, stopper, eos_token_ids
-                )
-                steps.append(step)
-                if reason is not None:
-                    stop_reason = reason
+                if int(token) != int(guess[row]):  # the draft parts from the guess here
+                    self.model.crop(self.model.num_cached - (guess.numel() - row))
                     break
-        kept = len(steps)
+            pending, guess = token.view(1), guess[:0]
+        if not per_token and run.drafted:  # one transfer for the whole draft, then the stopper
+            for _ in run.drafted:
+                self._ask(run, first_index, tokens, stopper, eos_token_ids)
+                if run.stop_reason is not None:
+                    break
+        kept = len(run.steps)
         # (k,) tokens and (k, V) rows on the committed tokens' (target's) device, wherever
         # the draft runs.
         return Proposal(
-            tokens=torch.stack(drafted[:kept]).to(tokens.device) if kept else tokens.new_empty(0),
-            probs=torch.stack(rows[:kept]).to(tokens.device) if rows else None,  # (k, V)
-            confidences=tuple(step.confidence for step in steps),
-            stop_reason=stop_reason,
+            tokens=torch.stack(run.drafted[:kept]).to(tokens.device) if kept else tokens[:0],
+            probs=torch.stack(run.rows[:kept]).to(tokens.device) if run.rows else None,
+            confidences=tuple(step.confidence for step in run.steps),
+            stop_reason=run.stop_reason or StopReason.MAX,
             draft_time_s=device_clock(self.device) - started,
-            draft_forwards=len(drafted),
+            draft_forwards=run.forwards,
             catchup=catchup,
+            guess_fed=run.guess_fed,
+            guess_hits=sum(run.guessed[:kept]),
         )
+
+    def _next(
+        self,
+        logits: torch.Tensor,
+        tokens: torch.Tensor,
+        run: _Run,
+        sampler: TokenSampler,
+        guessed: bool,
+    ) -> torch.Tensor:
+        """Samples (or picks) the next draft token from a row of (V,) logits; 0-dim."""
+        if sampler.processors and logits.device != tokens.device:
+            # transformers' processors hold tensors on the target's device: a draft on
+            # another device is processed, and samples, there.
+            logits = logits.to(tokens.device)
+        try:
+            token, probs = sampler.next_draft(logits, tokens, run.drafted)
+        except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
+            check_finite(bool(torch.isfinite(logits).all()), self.model)
+            raise
+        run.drafted.append(token)
+        run.guessed.append(guessed)
+        if sampler.config.do_sample:  # only speculative sampling needs the rows
+            run.rows.append(probs)
+        run.checks.append(torch.stack([token.double(), probs[token].double(), _finite(logits)]))
+        return token
+
+    def _ask(
+        self,
+        run: _Run,
+        first_index: int,
+        tokens: torch.Tensor,
+        stopper: Stopper,
+        eos_token_ids: tuple[int, ...],
+    ) -> None:
+        """The stopper's (and the EOS check's) word on the next drafted token not asked yet."""
+        index = len(run.steps)
+        step, reason = self._step(
+            run.checks[index].tolist(), index, first_index, tokens, stopper, eos_token_ids
+        )
+        run.steps.append(step)
+        run.stop_reason = reason
 
     def _step(
         self,
@@ -140,6 +171,20 @@ class ModelDrafter:
 
     def crop(self, num_committed: int) -> None:
         self.model.crop(min(self.model.num_cached, num_committed))
+
+
+@dataclass
+class _Run:
+    """What one call of `ModelDrafter.draft` has drafted so far."""
+
+    guess_fed: int = 0  # guessed tokens fed to the first forward
+    forwards: int = 0  # draft forwards run
+    drafted: list[torch.Tensor] = field(default_factory=list)  # 0-dim token ids
+    guessed: list[bool] = field(default_factory=list)  # per token: drafted in a guessed row
+    rows: list[torch.Tensor] = field(default_factory=list)  # (V,) distributions, sampling only
+    checks: list[torch.Tensor] = field(default_factory=list)  # (token, confidence, finite)
+    steps: list[DraftStep] = field(default_factory=list)  # the tokens the stopper has seen
+    stop_reason: StopReason | None = None  # why drafting stops (None: on)
 
 
 def _finite(logits: torch.Tensor) -> torch.Tensor:

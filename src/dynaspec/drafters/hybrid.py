@@ -54,18 +54,26 @@ class HybridDrafter:
         copied = copy_proposal(options, plan.copy, sampler, self.lookup.vocab_size)
         if plan.model <= 0:
             return copied
-        drafted = self.model.draft(
-            torch.cat([tokens, copied.tokens]),
-            plan.model,
-            stopper,
-            sampler,
-            eos_token_ids,
-            first_index=copied.num_copied,
-        )
+        args = (torch.cat([tokens, copied.tokens]), plan.model, stopper, sampler, eos_token_ids)
+        if isinstance(self.model, ModelDrafter):  # a draft of the target's vocabulary: the
+            #                                       continuation's next tokens are its guess
+            drafted = self.model.draft(
+                *args, first_index=copied.num_copied, guess=guess(options, plan)
+            )
+        else:
+            drafted = self.model.draft(*args, first_index=copied.num_copied)
         return join(copied, drafted)
 
     def crop(self, num_committed: int) -> None:
         self.model.crop(num_committed)
+
+
+def guess(options: DraftOptions, plan: DraftPlan) -> torch.Tensor | None:
+    """(g,) the continuation's tokens after the copied ones that the plan feeds the draft
+    model as a guess of its own next tokens; None for none."""
+    if not plan.guess or options.copy is None:
+        return None
+    return options.copy[plan.copy : plan.copy + plan.guess]
 
 
 def join(copied: Proposal, drafted: Proposal) -> Proposal:
@@ -81,4 +89,6 @@ def join(copied: Proposal, drafted: Proposal) -> Proposal:
         catchup=drafted.catchup,
         num_copied=copied.num_copied,
         agreement=copied.agreement,
+        guess_fed=drafted.guess_fed,
+        guess_hits=drafted.guess_hits,
     )

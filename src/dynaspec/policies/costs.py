@@ -15,6 +15,11 @@ from collections import deque
 
 from dynaspec.core.round import Round
 
+# A guessed token's cost against a draft forward's until measured: on a 2-core AVX512-BF16
+# EPYC the 4-bit draft's forward over 1 + g tokens (g = 1..32) costs about 1 + 0.13 g of one
+# over 1 token (15 ms, 1.9 ms per token more).
+PRIOR_GUESS_PRICE = 0.2
+
 
 class CostModel:
     """c (a draft token), V(n) (verifying n tokens) and the catch-up, in target steps."""
@@ -82,8 +87,8 @@ class CostModel:
         """The target tokens the draft model proposed in `round` per forward it ran (a
         single sequence's round: a batch's combined round pairs one row's forwards with
         another row's tokens)."""
-        if round.draft_forwards:
-            self.yields.append((round.num_model, round.draft_forwards))
+        if round.draft_forwards:  # tokens a guess let it draft are not the draft's yield
+            self.yields.append((round.num_model - round.guess_hits, round.draft_forwards))
 
     def verify_cost(self, num_tokens: int) -> float:
         """V(n): target time to verify num_tokens tokens, in target steps (V(1) = 1)."""
@@ -110,6 +115,13 @@ class CostModel:
             per_token = min(per_token, per_token * prefill)
         return (catchup - 1) * per_token
 
+    def guess_price(self) -> float:
+        """What a guessed token fed to a draft forward costs against a forward of its own:
+        a catch-up token's time over a forward's, PRIOR_GUESS_PRICE until both are timed."""
+        if not self.catchup_costs or not self.draft_costs:
+            return PRIOR_GUESS_PRICE
+        return statistics.median(self.catchup_costs) / statistics.median(self.draft_costs)
+
     def learn_prefill(self, tokens: int, seconds: float) -> None:
         """A target forward over `tokens` unseen tokens (a prompt) took `seconds`: its time
         per token (what prices a draft's catch-up), where it is long enough to tell."""
@@ -129,13 +141,13 @@ class CostModel:
             self._line = None
         elif unseen >= self.min_prefill_tokens:
             self.learn_prefill(round.num_verified, round.target_time_s)
-        if round.draft_forwards and round.catchup <= 2:
+        if round.draft_forwards and round.catchup <= 2 and not round.guess_fed:
             self.draft_costs.append(round.draft_time_s / round.draft_forwards)
-        elif round.draft_forwards and self.draft_costs:
-            # The first forward fed the whole catch-up; the others one token each.
+        elif round.draft_forwards and round.catchup > 2 and self.draft_costs:
+            # The first forward fed the catch-up and any guess; the others one token each.
             decode = (round.draft_forwards - 1) * statistics.median(self.draft_costs)
             catchup = max(round.draft_time_s - decode, 0.0)
-            self.catchup_costs.append(catchup / round.catchup)
+            self.catchup_costs.append(catchup / (round.catchup + round.guess_fed))
 
     def _verify_line(self) -> tuple[float, float, float]:
         """(V(1) seconds, the line for n >= 2 at n = 1 in seconds, its slope in seconds per

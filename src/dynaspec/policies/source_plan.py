@@ -10,14 +10,16 @@ over the copy: where verifying a second token costs far more than the next, a lo
 may pay as a whole when its first token alone does not). The draft
 model carries on after m copied tokens when its expected gain G(m) beats the catch-up its
 rejected copied tokens waste, and the plan "the model alone" wins when it is worth more
-than the copy. The derivation and its assumptions: docs/adaptive.md ("Prompt lookup").
+than the copy. Where the model drafts, the continuation's next tokens are fed to it as a
+guess of its own (`_guess_length`). The derivation and its assumptions: docs/adaptive.md
+("Prompt lookup").
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynaspec.core.round import DraftOptions, DraftPlan
+from dynaspec.core.round import Choice, DraftOptions, DraftPlan
 
 if TYPE_CHECKING:
     from dynaspec.policies.adaptive import AdaptivePolicy
@@ -39,7 +41,7 @@ def plan_with_copy(
     copied = _copy_length(probs, rho, policy)
     copied, choice = policy.lookup.choose(copied)  # 1 now and then when it keeps declining
     if not copied:
-        return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice)
+        return _alone(policy, alone, probs, choice)
     expected = sum(probs[:copied])
     value = expected - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
     carry = _carry_on_value(
@@ -47,9 +49,35 @@ def plan_with_copy(
     )
     if alone.model and policy.model_value(floor=rho) > value + max(carry, 0.0):
         # the model alone is worth more than the copy
-        return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice)
+        return _alone(policy, alone, probs, choice)
     model = max(policy.config.max_tokens - copied, 0) if carry > 0.0 else 0  # 0: stands aside
-    return DraftPlan(copied, model, copy_choice=choice, copy_accepted=probs[copied - 1])
+    guess = _guess_length(policy, probs, copied, model)
+    return DraftPlan(
+        copied, model, copy_choice=choice, copy_accepted=probs[copied - 1], guess=guess
+    )
+
+
+def _alone(
+    policy: AdaptivePolicy, alone: DraftPlan, probs: list[float], choice: Choice
+) -> DraftPlan:
+    """The draft model's own plan, the continuation on offer its guess."""
+    guess = _guess_length(policy, probs, 0, alone.model)
+    return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice, guess=guess)
+
+
+def _guess_length(policy: AdaptivePolicy, probs: list[float], copied: int, model: int) -> int:
+    """How many of the continuation's tokens after the `copied` ones to feed the draft
+    model as a guess of its own next `model` tokens: while the chance that it drafts all of
+    them so far (taken as the copy's, Q_j given the copied tokens accepted) is above what a
+    token more in a forward costs against a forward of its own."""
+    price = policy.costs.guess_price()
+    given = probs[copied - 1] if copied else 1.0
+    length = 0
+    for prob in probs[copied : copied + model - 1]:
+        if prob < price * given:
+            break
+        length += 1
+    return length
 
 
 def _carry_on_value(
