@@ -15,10 +15,11 @@ from tiny_models import ARCHITECTURES, hf_greedy, noisy_copy, tiny_model
 import dynaspec
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.core.config import SamplingConfig
-from dynaspec.core.round import DraftOptions, DraftPlan, Proposal
+from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import AdaptivePolicy, ConstantPolicy
+from dynaspec.policies.base import RuleStopper
 from dynaspec.policies.source_plan import plan_with_copy
 
 VOCAB_SIZE = 16
@@ -152,3 +153,29 @@ def test_a_guessed_forward_does_not_teach_a_forward_s_time_or_the_yield() -> Non
     # The first forward: 0.7 s - 2 forwards of 0.1 s, over 11 + 9 tokens fed.
     assert policy.costs.catchup_costs[-1] == pytest.approx(0.5 / 20)
     assert policy.costs.guess_price() == pytest.approx(0.025 / 0.1)
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_stop_inside_the_guess_keeps_only_the_drafted_tokens_cached(right: bool) -> None:
+    """The stopper ends the draft at its second token, inside the guess (which is right or
+    wrong there): the cache holds the prompt and the first token only, as one forward a
+    token would leave it, never a guessed token the draft did not draft."""
+    own = own_draft()
+    second = own[1] if right else (own[1] + 1) % VOCAB_SIZE
+    guess = torch.tensor([own[0], second, *own[2:]])
+    model = HFAdapter(tiny_model("llama", seed=0, vocab_size=VOCAB_SIZE))
+    drafter = ModelDrafter(model)
+    drafter.begin(PROMPT)
+    stopper = RuleStopper(lambda step: step.index >= 1, StopReason.COST, True)
+    sampler = TokenSampler(SamplingConfig())
+    with torch.inference_mode():
+        proposal = drafter.draft(PROMPT[0], LOOKAHEAD, stopper, sampler, (), guess=guess)
+        assert proposal.tokens.tolist() == own[:2]
+        assert proposal.stop_reason == StopReason.COST
+        assert model.num_cached == PROMPT.shape[1] + 1
+        # What the cache holds drafts on exactly as a fresh run over the same tokens.
+        after = model.forward(torch.tensor(own[1:2]), 1)
+        fresh = HFAdapter(tiny_model("llama", seed=0, vocab_size=VOCAB_SIZE))
+        fresh.begin(PROMPT)
+        expected = fresh.forward(torch.cat([PROMPT[0], torch.tensor(own[:2])]), 1)
+    assert torch.allclose(after, expected, atol=1e-5)

@@ -82,9 +82,11 @@ class ModelDrafter:
                 token = self._next(logits, tokens, run, sampler, guessed=row > 0)
                 if per_token:  # one transfer: the token, its confidence and the check
                     self._ask(run, first_index, tokens, stopper, eos_token_ids)
-                if run.stop_reason is not None or row == guess.numel():
+                if row == guess.numel():
                     break
-                if int(token) != int(guess[row]):  # the draft parts from the guess here
+                if run.stop_reason is not None or int(token) != int(guess[row]):
+                    # Drafting stops, or parts from the guess, at token `row`: the cache
+                    # keeps the guessed tokens drafted before it, as if fed one by one.
                     self.model.crop(self.model.num_cached - (guess.numel() - row))
                     break
             pending, guess = token.view(1), guess[:0]
