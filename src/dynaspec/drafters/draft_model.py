@@ -2,7 +2,10 @@
 
 The draft's cache follows the same invariant as the target's (see docs/architecture.md):
 it holds committed tokens only, and may lag behind after rounds without drafting; it then
-catches up by being fed every committed token it has not seen in its first forward.
+catches up by being fed every committed token it has not seen in its first forward. A
+guess (a lookup continuation, `DraftPlan.guess`) rides on that forward: its rows draft the
+tokens that agree with it, and the guessed tokens after the first that does not (or after a
+stop) are cropped at once, so the cache holds only tokens the draft drafted.
 
 Waiting for the device: a stopper that decides after each token (`needs_confidence`) gets
 the token, its confidence and the finite-logits check in one transfer per drafted token. Any
