@@ -76,7 +76,8 @@ class ModelDrafter:
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
         guess = tokens.new_empty(0) if guess is None else guess[: max(lookahead - 1, 0)]
-        run = _Run(guess_fed=guess.numel())
+        guess_fed = guess.numel()
+        run = _Run()
         started = device_clock(self.device)
         while len(run.drafted) < lookahead and run.stop_reason is None:
             rows = self.model.forward(torch.cat([pending, guess]), 1 + guess.numel())  # (1+g, V)
@@ -109,7 +110,7 @@ class ModelDrafter:
             draft_time_s=device_clock(self.device) - started,
             draft_forwards=run.forwards,
             catchup=catchup,
-            guess_fed=run.guess_fed,
+            guess_fed=guess_fed,
             guess_hits=sum(run.guessed[:kept]),
         )
 
@@ -182,7 +183,6 @@ class ModelDrafter:
 class _Run:
     """What one call of `ModelDrafter.draft` has drafted so far."""
 
-    guess_fed: int = 0  # guessed tokens fed to the first forward
     forwards: int = 0  # draft forwards run
     drafted: list[torch.Tensor] = field(default_factory=list)  # 0-dim token ids
     guessed: list[bool] = field(default_factory=list)  # per token: drafted in a guessed row
