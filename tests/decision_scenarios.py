@@ -81,7 +81,7 @@ class Outcome:
     agreement: int
 
 
-# driver(kind) -> (plan(catchup|None, copy_tokens, agreement, remaining) -> Planned,
+# driver(kind) -> (plan(catchup|None, copy_tokens, agreement, remaining, started) -> Planned,
 #                  start(planned) -> should_stop(index, position, token, confidence) -> bool,
 #                  update(planned, Outcome) -> None)
 Driver = Callable[..., tuple[Callable, Callable, Callable]]
@@ -99,7 +99,7 @@ def trace(driver: Driver, schedule: str, sources: str, costs: str, seed: int) ->
         if room <= 0:
             break
         catchup = committed - model_cached if model else None
-        planned = plan(catchup, draw.copy_tokens, draw.agreement, room)
+        planned = plan(catchup, draw.copy_tokens, draw.agreement, room, model_cached > 0)
         lookahead = min(planned.copy + planned.model, room - 1)
         copied = min(lookahead, planned.copy)
         more = min(lookahead - copied, planned.model) if model else 0

@@ -32,9 +32,9 @@ def one_row_driver(schedule: str, packed: bool = False):
     policy = BatchAdaptivePolicy(rows=1, max_tokens=20, packed=packed)
     plans: dict[int, DraftPlan] = {}
 
-    def plan(catchup, copy_tokens, agreement, remaining):
+    def plan(catchup, copy_tokens, agreement, remaining, started):
         copy = torch.zeros(copy_tokens, dtype=torch.long) if copy_tokens else None
-        offer = DraftOptions(catchup, copy, agreement if copy_tokens else 0)
+        offer = DraftOptions(catchup, copy, agreement if copy_tokens else 0, started=started)
         made = policy.plan([offer], [remaining])[0]
         planned = Planned(made.copy, made.model)
         plans[id(planned)] = made

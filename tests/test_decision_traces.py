@@ -32,9 +32,9 @@ def driver(schedule: str):
     policy.reset()
     plans: dict[int, DraftPlan] = {}
 
-    def plan(catchup, copy_tokens, agreement, remaining):
+    def plan(catchup, copy_tokens, agreement, remaining, started):
         copy = torch.zeros(copy_tokens, dtype=torch.long) if copy_tokens else None
-        options = DraftOptions(catchup, copy, agreement if copy_tokens else 0)
+        options = DraftOptions(catchup, copy, agreement if copy_tokens else 0, started=started)
         made = policy.plan(options, remaining)
         planned = Planned(made.copy, made.model)
         plans[id(planned)] = made

@@ -12,6 +12,7 @@ from tiny_models import CacheCheckStreamer, ScriptedModel, shift_rule
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 import dynaspec
+from dynaspec.core.round import DraftOptions, DraftPlan
 from dynaspec.drafters import HybridDrafter, PromptLookupDrafter, lookup_config, make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, find_match, point_masses
 from dynaspec.errors import ConfigError
@@ -235,6 +236,27 @@ def test_no_match_is_the_draft_model_alone() -> None:
     assert all(r.num_copied == 0 for r in out.stats.rounds)
     assert [r.num_drafted for r in out.stats.rounds] == [3, 3]
     assert draft.calls[0] == [0]
+
+
+class OfferRecorder(ConstantPolicy):
+    """Constant, recording what the sources offer before every round."""
+
+    def __init__(self, num_assistant_tokens: int) -> None:
+        super().__init__(num_assistant_tokens)
+        self.offers: list[DraftOptions] = []
+
+    def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
+        self.offers.append(options)
+        return super().plan(options, remaining)
+
+
+def test_the_hybrid_offers_whether_its_draft_has_run() -> None:
+    rule = cycle_rule(5)
+    policy = OfferRecorder(5)  # 3 copied, then the model drafts 2
+    hybrid(rule, rule, (0, 1, 2, 3, 4, 0), policy, max_new_tokens=12)
+    first, later = policy.offers[0], policy.offers[1:]
+    assert (first.catchup, first.started, first.num_copy) == (6, False, 3)  # the prompt
+    assert later and all(offer.started for offer in later)
 
 
 def test_rejected_copy_leaves_no_uncommitted_token_in_the_draft() -> None:

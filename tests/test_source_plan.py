@@ -125,6 +125,25 @@ def test_a_poor_copy_gives_way_to_the_model() -> None:
     assert sources(policy.plan(offer(1, 1, 1), 100)) == (0, 20)  # but the model is worth more
 
 
+def test_a_copy_on_offer_lets_a_draft_that_has_not_run_wait() -> None:
+    # Prefill 0.01 s per token against a 0.2 s step: feeding the draft costs f * 0.05 =
+    # 0.0125 steps per token, 3.74 steps for a draft 300 tokens behind.
+    policy = measured(prefill_s_per_token=0.01)
+    for _ in range(20):  # 1-token matches accepted 3 times in 10
+        for accepted in (1, 1, 1, 0, 0, 0, 0, 0, 0, 0):
+            policy.lookup.learn(1, 1, accepted)
+    assert policy.costs.catchup_cost(300) == pytest.approx(3.7375)
+    assert policy.max_lookahead(300, 1000) == 20  # without a match it would start
+    # In step, or 300 behind after standing aside, the model alone (G(0) = 1.19) beats the
+    # poor copy (0.3 - 0.05): its catch-up is due at its next round whatever this one does.
+    for catchup in (1, 300):
+        assert sources(policy.plan(offer(catchup, 1, 1), 1000)) == (0, 20)
+    # Not run yet, its start (the prompt's prefill) is charged to the plan that starts it
+    # now: 1.19 - 3.74 < the copy, which goes first and lets the start wait.
+    fresh = DraftOptions(300, torch.zeros(1, dtype=torch.long), 1, started=False)
+    assert sources(policy.plan(fresh, 1000)) == (1, 0)
+
+
 def test_without_a_match_the_models_rule_is_unchanged() -> None:
     for catchup, remaining in ((1, None), (1, 3), (300, 10), (300, 10_000)):
         policy, twin = measured(0.01), measured(0.01)

@@ -54,6 +54,8 @@ class DraftOptions:
     copy: torch.Tensor | None = None  # (L,) the prompt-lookup continuation on offer
     agreement: int = 0  # tokens the match agrees on, back from the newest (0: no match)
     search_s: float = 0.0  # wall time of the prompt-lookup search
+    started: bool = True  # the draft model holds tokens (False: it has not run yet, so its
+    #                       catch-up is the whole prompt's prefill)
 
     @property
     def num_copy(self) -> int:

@@ -91,10 +91,11 @@ class BatchDrafter:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
         are left padding (never searched by prompt lookup)."""
         catchup = None if self.model is None else tokens.numel() - self.model.num_cached[row]
+        started = self.model is not None and self.model.num_cached[row] > 0
         if self.lookup is None:
-            return DraftOptions(catchup)
+            return DraftOptions(catchup, started=started)
         found = self.lookup.offer(tokens[pads:])
-        return DraftOptions(catchup, found.copy, found.agreement, found.search_s)
+        return DraftOptions(catchup, found.copy, found.agreement, found.search_s, started)
 
     def propose(
         self,

@@ -263,7 +263,8 @@ class CrossTokenizerDrafter:
         self._sync(tokens)
         if not self.ids:  # no text yet, and no BOS: the draft has nothing to start from
             return DraftOptions(catchup=None)
-        return DraftOptions(catchup=len(self.ids) - self._agreed())
+        catchup = len(self.ids) - self._agreed()
+        return DraftOptions(catchup=catchup, started=self.model.num_cached > 0)
 
     def propose(
         self,

@@ -43,7 +43,8 @@ class ModelDrafter:
         return num_committed - self.model.num_cached
 
     def offer(self, tokens: torch.Tensor) -> DraftOptions:
-        return DraftOptions(catchup=self.catchup(tokens.numel()))
+        catchup = self.catchup(tokens.numel())
+        return DraftOptions(catchup=catchup, started=self.model.num_cached > 0)
 
     def propose(
         self,

@@ -40,7 +40,8 @@ class HybridDrafter:
         self.lookup.begin(input_ids, max_length=max_length)
 
     def offer(self, tokens: torch.Tensor) -> DraftOptions:
-        return replace(self.lookup.offer(tokens), catchup=self.model.offer(tokens).catchup)
+        model = self.model.offer(tokens)
+        return replace(self.lookup.offer(tokens), catchup=model.catchup, started=model.started)
 
     def propose(
         self,

@@ -7,12 +7,13 @@ agreement, lookup_acceptance.py), copied token j pays exactly when
 
 (the model's rule with c = 0), so the copy ends at the first j where this fails (summed
 over the copy: where verifying a second token costs far more than the next, a longer copy
-may pay as a whole when its first token alone does not). The draft
-model carries on after m copied tokens when its expected gain G(m) beats the catch-up its
-rejected copied tokens waste, and the plan "the model alone" wins when it is worth more
-than the copy. Where the model drafts, the continuation's next tokens are fed to it as a
-guess of its own (`_guess_length`). The derivation and its assumptions: docs/adaptive.md
-("Prompt lookup").
+may pay as a whole when its first token alone does not). The draft model carries on after
+m copied tokens when its expected gain G(m) beats the catch-up its rejected copied tokens
+waste, and the plan "the model alone" wins when it is worth more than the copy; a draft
+that has not run yet is charged its start there (its prefill: a copy lets it wait, and on
+text that copies well it may never be needed). Where the model drafts, the continuation's
+next tokens are fed to it as a guess of its own (`_guess_length`). The derivation and its
+assumptions: docs/adaptive.md ("Prompt lookup").
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def plan_with_copy(
         return _alone(policy, alone, probs, choice)
     expected = sum(probs[:copied])
     value = expected - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
+    start = rho * _start_cost(policy, options)
     carry = _carry_on_value(
         policy, probs[copied - 1], copied, options.catchup, expected, remaining, rho
     )
-    if alone.model and policy.model_value(floor=rho) > value + max(carry, 0.0):
+    if alone.model and policy.model_value(floor=rho) - start > value + max(carry, 0.0):
         # the model alone is worth more than the copy
         return _alone(policy, alone, probs, choice)
     model = max(policy.config.max_tokens - copied, 0) if carry > 0.0 else 0  # 0: stands aside
@@ -78,6 +80,17 @@ def _guess_length(policy: AdaptivePolicy, probs: list[float], copied: int, model
             break
         length += 1
     return length
+
+
+def _start_cost(policy: AdaptivePolicy, options: DraftOptions) -> float:
+    """What the plan "the model alone" pays to start a draft that has not run yet (target
+    steps): its catch-up, the prompt's prefill. A copy lets the start wait a round for
+    about as much (a copied token fed later costs what it costs now), and where the text
+    copies well it may never be paid; a draft that has run lags only by what the rounds
+    since left, fed at its next round whatever this one does (0 then)."""
+    if options.started or options.catchup is None or options.catchup <= 2:
+        return 0.0
+    return policy.costs.catchup_cost(options.catchup) or 0.0
 
 
 def _carry_on_value(
