@@ -63,6 +63,25 @@ def test_calibration_learns_from_outcomes() -> None:
     assert policy.calibration.acceptance(0.65) == pytest.approx(16.4 / 28)
     assert policy.calibration.acceptance(0.55) == pytest.approx(0.55)
     assert policy.calibration.first_token_acceptance() == pytest.approx((10 + 1.6) / 12)
+    # Each round's second token came after an accepted one and was rejected: 0 of 10.
+    assert policy.calibration.continuation_acceptance() == pytest.approx(1.6 / 12)
+
+
+def test_a_draft_that_stumbles_on_its_first_token_keeps_its_worth() -> None:
+    # Two rounds of one rejected token, then a round of 14 accepted in a row (lee/290, a
+    # quote summary): the first tokens alike in both policies, the tokens after them not.
+    def trained(then_accepted: int) -> AdaptivePolicy:
+        policy = AdaptivePolicy(max_tokens=20)
+        for _ in range(2):
+            policy.update(result(1, 0, draft_s=0.02, target_s=0.17))
+        policy.update(result(14, then_accepted, draft_s=0.02, target_s=0.25))
+        return policy
+
+    runs, stops = trained(then_accepted=14), trained(then_accepted=1)
+    first = runs.calibration.first_token_acceptance()
+    assert first == stops.calibration.first_token_acceptance() == pytest.approx(2.6 / 5)
+    assert runs.calibration.continuation_acceptance() == pytest.approx((13 + 1.6) / 15)
+    assert runs.model_value() > stops.model_value() > 0.0
 
 
 def test_pool_adjacent_violators_is_monotone() -> None:

@@ -7,7 +7,9 @@ throughput of every scenario within 1%); the lookup and hybrid ones again when c
 tokens got a prior per agreement (18 of 18 changed; simulated throughput 0.97-1.05x, the
 scenarios accepting every copy alike whatever its agreement); three dear-draft ones again
 when a probe's catch-up may take 2% of the steps left (simulated time 1.012-1.017x: the
-probes a draft that never pays costs)."""
+probes a draft that never pays costs); the 7 hybrid ones whose drafts run past their first
+token again when the tokens after a draft's first were valued at the continuation
+acceptance (simulated time 0.87-0.99x, every one faster; the other 47 unchanged)."""
 
 from __future__ import annotations
 

@@ -166,7 +166,8 @@ class AdaptivePolicy:
     ) -> float:
         """G: the most the model's tokens after `offset` drafted ones (all accepted with
         probability `prefix`) are expected to gain over their cost, in tokens, before any
-        confidence is seen (each accepted with the first-token acceptance), for `rows`
+        confidence is seen (the first accepted with the first-token acceptance, each after it
+        with the continuation's: `Calibration.continuation_acceptance`), for `rows`
         rows drafting together (in a batch, their summed worth: `DraftPlan.worth`) at rate
         max(rho, floor); each drafted position adds `width`
         tokens to the target's forward (1: a block as wide as the widest row; `rows`: rows
@@ -174,13 +175,14 @@ class AdaptivePolicy:
         over the whole lookahead, not token by token: where verifying a second token costs
         far more than the next ones (V has a step at n = 2), the first drafted token alone
         never pays but a longer draft may."""
-        accept = self.calibration.first_token_acceptance()
+        first = self.calibration.first_token_acceptance()
+        later = self.calibration.continuation_acceptance()
         cost = self.costs.draft_cost()
         rho = max(self.rate if rate is None else rate, floor)
         verify = self.costs.verify_cost
         best = total = 0.0
         for index in range(offset, self.config.max_tokens):
-            prefix *= accept
+            prefix *= first if index == offset else later
             step = verify(1 + width * (index + 1)) - verify(1 + width * index)
             total += rows * prefix - rho * (cost + step)
             best = max(best, total)
