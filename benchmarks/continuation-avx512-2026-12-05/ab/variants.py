@@ -110,3 +110,30 @@ def use(name):
     if name == "old90":
         _LONG[0] = 0.9
         A.AdaptivePolicy.model_value = _mv_first
+# "pool": a copy's tokens after its first also get a pooled rate (every copied token after a
+# round's first, like a_c), used where it is above the bucket's
+_orig_pp = L.LookupAcceptance.prefix_probs
+_orig_ll = L.LookupAcceptance.learn
+_POOL = [False]
+def _pp(self, agreement, count):
+    if not _POOL[0]:
+        return _orig_pp(self, agreement, count)
+    rates, prefix, probs = self.rates(), 1.0, []
+    w = self.prior.weight
+    pooled = (getattr(self, "pl_acc", 0.0) + 0.9 * w) / (getattr(self, "pl_tot", 0.0) + w)
+    for position in range(count):
+        r = rates[L.agreement_bucket(agreement + position)]
+        prefix *= max(r, pooled) if position else r
+        probs.append(prefix)
+    return probs
+def _ll(self, agreement, num_copied, num_accepted):
+    _orig_ll(self, agreement, num_copied, num_accepted)
+    known = min(num_copied, num_accepted + 1)
+    self.pl_tot = getattr(self, "pl_tot", 0.0) + max(known - 1, 0)
+    self.pl_acc = getattr(self, "pl_acc", 0.0) + max(min(num_accepted, known) - 1, 0)
+L.LookupAcceptance.prefix_probs = _pp
+L.LookupAcceptance.learn = _ll
+_use8 = use
+def use(name):
+    _use8(name)
+    _POOL[0] = name == "pool"
