@@ -1,9 +1,15 @@
 """A/B of planner variants, with transformers' prompt lookup (10) as the base, per prompt."""
-import sys, time, statistics, torch
-from dynaspec import load_pair, generate
+
+import statistics
+import sys
+import time
+
+import variants
+
+from dynaspec import generate, load_pair
 from dynaspec.eval import data
 from dynaspec.eval.hf_peer import HFPeer
-import variants
+
 pair = load_pair("qwen2.5-coder", draft_quantize="w4a8")
 tok = pair.tokenizer
 eos = sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")})
@@ -20,13 +26,23 @@ for spec in sys.argv[3:]:
         for n in names:
             t = time.perf_counter()
             if n == "hf":
-                o = HFPeer(pair.target).generate(ids, max_new_tokens=128, eos_token_id=eos, pad_token_id=eos[0], prompt_lookup_num_tokens=10)
-                seq = o.sequences[0, ids.shape[1]:].tolist(); nr = o.target_forwards
+                o = HFPeer(pair.target).generate(
+                    ids,
+                    max_new_tokens=128,
+                    eos_token_id=eos,
+                    pad_token_id=eos[0],
+                    prompt_lookup_num_tokens=10,
+                )
+                seq = o.sequences[0, ids.shape[1] :].tolist()
+                nr = o.target_forwards
             else:
                 variants.use(n)
                 kw = {} if n == "model" else {"prompt_lookup_num_tokens": 32}
-                o = generate(pair.target, pair.draft, ids, max_new_tokens=128, eos_token_id=eos, **kw)
-                seq = o.sequences[0, ids.shape[1]:].tolist(); nr = len(o.stats.rounds)
+                o = generate(
+                    pair.target, pair.draft, ids, max_new_tokens=128, eos_token_id=eos, **kw
+                )
+                seq = o.sequences[0, ids.shape[1] :].tolist()
+                nr = len(o.stats.rounds)
             res[n].append(time.perf_counter() - t)
             outs[n] = seq
             if rep == 0:
@@ -34,5 +50,11 @@ for spec in sys.argv[3:]:
     med = {n: statistics.median(v) for n, v in res.items()}
     base = med.get("hf") or med.get("model") or med[names[0]]
     same = {n: outs[n] == outs[names[0]] for n in names}
-    print(p.id, " ".join(f"{n}={med[n]:.2f}s({base/med[n]:.2f}x{'' if same[n] else ',diff'})" for n in names), flush=True)
+    print(
+        p.id,
+        " ".join(
+            f"{n}={med[n]:.2f}s({base / med[n]:.2f}x{'' if same[n] else ',diff'})" for n in names
+        ),
+        flush=True,
+    )
 variants.use("base")
