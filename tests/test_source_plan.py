@@ -200,6 +200,34 @@ def test_a_copy_that_runs_on_is_trusted_more() -> None:
     assert table.acceptance(2, 30) == rates[5]  # 2 + 30 = 32 tokens of agreement
 
 
+def test_long_buckets_borrow_the_drafts_continuation_rate_until_observed() -> None:
+    table = LookupAcceptance()
+    assert table.rates(borrowed=0.97) == pytest.approx([0.25, 0.45, 0.75] + [0.97] * 4)
+    assert table.rates(borrowed=0.5) == table.rates()  # never below the prior
+    for _ in range(8):  # 32-token agreements seen to fail: their own evidence outweighs
+        table.learn(agreement=32, num_copied=2, num_accepted=0)
+    # 32-63 (1.94 / 10) pooled with the unexplored 4-7, 8-15 and 16-31 above it: 7.32 / 16.
+    assert table.rates(borrowed=0.97)[2:6] == [pytest.approx(2 * (0.75 + 3 * 0.97) / 16)] * 4
+
+
+def test_a_long_match_is_trusted_as_much_as_a_running_draft() -> None:
+    # HumanEval/82 (a type-hints edit): the draft has run 16 of 16 three times (a_c 0.99),
+    # worth 7.8 tokens a round; a 32-token agreement's copy on its prior of 0.9 a token
+    # (7.3 over 16) lost to it every round, untried, so its bucket never learned.
+    def trained(borrow_from: int) -> AdaptivePolicy:
+        prior = LookupPrior(borrow_from=borrow_from)
+        policy = AdaptivePolicy(config=AdaptiveConfig(max_tokens=20, lookup=prior))
+        policy.update(make_round(0, 0, (), 0.0, 2.0, 200))  # a 200-token prefill
+        for _ in range(3):
+            policy.update(make_round(16, 16, (0.9,) * 16, 0.8, 0.36, draft_forwards=16))
+        return policy
+
+    policy = trained(borrow_from=8)
+    assert policy.calibration.continuation_acceptance() == pytest.approx((45 + 1.6) / 47)
+    assert sources(policy.plan(offer(1, 16, 32), 500)) == (16, 4)  # the copy, then the model
+    assert sources(trained(borrow_from=10**6).plan(offer(1, 16, 32), 500)) == (0, 20)
+
+
 def test_the_default_prior_trusts_short_agreements_less() -> None:
     # A fresh policy with the default prior (b = 0.25 at agreement 1, 0.45 at 2-3, 0.75 at
     # 4-7, 0.9 from 8): a 1-token match's copy pays for 2 tokens (0.25, 0.11 > 0.05 >

@@ -29,6 +29,11 @@ class LookupPrior:
     # Long agreements are held at 0.9, short ones are not trusted before they are seen to pay.
     acceptance: tuple[float, ...] = (0.25, 0.45, 0.75, 0.9, 0.9, 0.9, 0.9)
     weight: float = 2.0  # pseudo-observations behind each prior
+    # From this agreement on, the prior is raised to the draft model's continuation rate
+    # (a_c) where that is higher: a copy of a long match and a draft that runs on both say
+    # the text goes on as it has, and a long bucket, untried while the running draft wins,
+    # would otherwise never learn (docs/adaptive.md, "Copied tokens' acceptance").
+    borrow_from: int = 8
     probe_interval: int = 8  # declined matches before a probe copies one token anyway
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
 
@@ -47,20 +52,26 @@ class LookupAcceptance:
         self.total = [0.0] * NUM_BUCKETS  # known outcomes per bucket
         self.prober = Prober(self.prior.probe_interval, self.prior.max_probe_interval)
 
-    def rates(self) -> list[float]:
-        """b per bucket: each bucket's rate behind the prior, made non-decreasing by pooling
+    def rates(self, borrowed: float = 0.0) -> list[float]:
+        """b per bucket: each bucket's rate behind its prior (from `borrow_from` on, at least
+        `borrowed`: the draft model's continuation rate), made non-decreasing by pooling
         neighbours that violate the order (weighted by their observations)."""
-        weight, prior = self.prior.weight, self.prior.acceptance
+        weight, first = self.prior.weight, agreement_bucket(self.prior.borrow_from)
+        prior = [
+            max(b, borrowed) if bucket >= first else b
+            for bucket, b in enumerate(self.prior.acceptance)
+        ]
         sums = [accepted + weight * b for accepted, b in zip(self.accepted, prior, strict=True)]
         return pool_adjacent_violators(sums, [total + weight for total in self.total])
 
-    def acceptance(self, agreement: int, position: int) -> float:
+    def acceptance(self, agreement: int, position: int, borrowed: float = 0.0) -> float:
         """b(ell + j) for a match agreeing on ell tokens and the 0-based position j."""
-        return self.rates()[agreement_bucket(agreement + position)]
+        return self.rates(borrowed)[agreement_bucket(agreement + position)]
 
-    def prefix_probs(self, agreement: int, count: int) -> list[float]:
-        """Q_1 .. Q_count: the probability that the first j copied tokens are all accepted."""
-        rates, prefix, probs = self.rates(), 1.0, []
+    def prefix_probs(self, agreement: int, count: int, borrowed: float = 0.0) -> list[float]:
+        """Q_1 .. Q_count: the probability that the first j copied tokens are all accepted
+        (`borrowed`: as in `rates`)."""
+        rates, prefix, probs = self.rates(borrowed), 1.0, []
         for position in range(count):
             prefix *= rates[agreement_bucket(agreement + position)]
             probs.append(prefix)

@@ -38,7 +38,10 @@ def plan_with_copy(
     target alone yields per step (1; in a batch, 1 per row going, as the batch's rate
     counts every row's tokens)."""
     rho = max(policy.rate, floor)
-    probs = policy.lookup.prefix_probs(options.agreement, options.num_copy)
+    # a long match's untried buckets trust the copy as much as a running draft (a_c)
+    has_model = options.catchup is not None
+    borrowed = policy.calibration.continuation_acceptance() if has_model else 0.0
+    probs = policy.lookup.prefix_probs(options.agreement, options.num_copy, borrowed)
     copied = _copy_length(probs, rho, policy)
     copied, choice = policy.lookup.choose(copied)  # 1 now and then when it keeps declining
     if not copied:
