@@ -1,4 +1,5 @@
-# per-round plans and outcomes of the hybrid (current code), with the copy-vs-alone numbers
+# per-round plans and outcomes of the hybrid (the code as it is), with the copy rule's numbers
+# for each round that had a match on offer: python trace.py task:seed:prompt ...
 import sys, time
 from dynaspec import load_pair, generate
 from dynaspec.eval import data
@@ -48,7 +49,7 @@ for spec in sys.argv[1:]:
     print(f"== {p.id} prompt {ids.shape[1]} hybrid {w:.2f}s rounds {len(out.stats.rounds)}  hf {hf:.2f}s fwd {o.target_forwards}  ratio {hf/w:.2f}")
     pos, k = 0, 0
     for i, r in enumerate(out.stats.rounds):
-        note = rounds_notes[i + 1] if i + 1 < len(rounds_notes) else ""
+        note = rounds_notes[i] if i < len(rounds_notes) else ""  # the round's offer, if any
         print(f"{i:2d} @{pos:3d} plan(c={r.plan.copy},m={r.plan.model},g={r.plan.guess}) cp={r.num_copied} dr={r.num_drafted} acc={r.num_accepted} cu={r.catchup} df={r.draft_forwards} dt={r.draft_time_s:.3f} tt={r.target_time_s:.3f} {r.stop_reason.name} {note}")
         pos += r.num_emitted
     print(repr(tok.decode(out.sequences[0, ids.shape[1]:])[:600]))
