@@ -38,8 +38,9 @@ for spec in sys.argv[3:]:
             else:
                 variants.use(n)
                 kw = {} if n == "model" else {"prompt_lookup_num_tokens": 32}
+                draft = None if n == "lookup" else pair.draft
                 o = generate(
-                    pair.target, pair.draft, ids, max_new_tokens=128, eos_token_id=eos, **kw
+                    pair.target, draft, ids, max_new_tokens=128, eos_token_id=eos, **kw
                 )
                 seq = o.sequences[0, ids.shape[1] :].tolist()
                 nr = len(o.stats.rounds)
