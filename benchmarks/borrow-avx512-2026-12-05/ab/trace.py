@@ -20,8 +20,8 @@ def spy(policy, options, remaining, alone, floor=1.0):
     exp = sum(probs[:copied]) if copied else 0
     value = exp - rho * (policy.costs.verify_cost(copied + 1) - 1.0) if copied else 0
     carry = S._carry_on_value(policy, probs[copied - 1], copied, options.catchup, exp, remaining, rho) if copied else 0
-    notes.append(f"Q={[round(q,2) for q in probs[:6]]} rates={[round(r,2) for r in policy.lookup.rates(ac)]} copied={copied} exp={exp:.2f} V1={policy.costs.verify_cost(2):.2f} V33={policy.costs.verify_cost(33):.2f} value={value:.2f} carry={carry:.2f} start={S._start_cost(policy, options):.2f} ")
-    notes[-1] += (f"ret={plan.copy},{plan.model} agr={options.agreement} n={options.num_copy} Q1={probs[0]:.2f} Qn={probs[-1]:.2f} alone={alone.model} G0={policy.model_value(floor=rho):.2f} a1={policy.calibration.first_token_acceptance():.2f} ac={ac:.2f} rho={rho:.2f}")
+    notes.append(f"Q={[round(q,2) for q in probs[:6]]} rates={[round(r,2) for r in policy.lookup.rates(ac)]} copied={copied} exp={exp:.2f} V1={policy.costs.verify_cost(2):.2f} V33={policy.costs.verify_cost(33):.2f} value={value:.2f} carry={carry:.2f} start={S._start_cost(policy, options):.2f} "
+                 f"ret={plan.copy},{plan.model} agr={options.agreement} n={options.num_copy} Q1={probs[0]:.2f} Qn={probs[-1]:.2f} alone={alone.model} G0={policy.model_value(floor=rho):.2f} a1={policy.calibration.first_token_acceptance():.2f} ac={ac:.2f} rho={rho:.2f}")
     return plan
 A.plan_with_copy = spy
 import dynaspec.core.loop as Lp
@@ -42,12 +42,12 @@ for spec in sys.argv[1:]:
         t = time.perf_counter()
         o = HFPeer(pair.target).generate(ids, max_new_tokens=128, eos_token_id=eos, pad_token_id=eos[0], prompt_lookup_num_tokens=10)
         hf = time.perf_counter() - t
-        notes.clear(); rounds_notes.clear(); pass
+        notes.clear(); rounds_notes.clear()
         t = time.perf_counter()
         out = generate(pair.target, pair.draft, ids, max_new_tokens=128, eos_token_id=eos, prompt_lookup_num_tokens=32)
         w = time.perf_counter() - t
     print(f"== {p.id} prompt {ids.shape[1]} hybrid {w:.2f}s rounds {len(out.stats.rounds)}  hf {hf:.2f}s fwd {o.target_forwards}  ratio {hf/w:.2f}")
-    pos, k = 0, 0
+    pos = 0
     for i, r in enumerate(out.stats.rounds):
         note = rounds_notes[i] if i < len(rounds_notes) else ""  # the round's offer, if any
         print(f"{i:2d} @{pos:3d} plan(c={r.plan.copy},m={r.plan.model},g={r.plan.guess}) cp={r.num_copied} dr={r.num_drafted} acc={r.num_accepted} cu={r.catchup} df={r.draft_forwards} dt={r.draft_time_s:.3f} tt={r.target_time_s:.3f} {r.stop_reason.name} {note}")

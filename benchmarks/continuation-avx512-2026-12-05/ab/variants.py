@@ -1,7 +1,8 @@
 """The planner variants of this folder's A/Bs, patched onto dynaspec at d07d7e1 or later
 (`use(name)` before each generation; ab3.py calls it).
 
-- base: the code as it is (d07d7e1: the draft's tokens after its first at a_c).
+- base: the code as it is (d07d7e1: the draft's tokens after its first at a_c; from 447e1e8
+  on, with long copies' prior raised to a_c, which `prefix_probs` gets as `borrowed`).
 - first: every drafted token valued at a_1, as before d07d7e1. The `*-first-vs-continuation`
   logs were run before d07d7e1 with the same two valuations, named `base` (a_1) and `cont`
   (a_c) there.
@@ -38,10 +39,10 @@ def _init_p97(self, prior=None):
         self.prior = dataclasses.replace(self.prior, acceptance=acceptance)
 
 
-def _prefix_probs_pool(self, agreement, count):
+def _prefix_probs_pool(self, agreement, count, borrowed=0.0):
     if _active["name"] != "pool":
-        return _prefix_probs(self, agreement, count)
-    rates, prefix, probs = self.rates(), 1.0, []
+        return _prefix_probs(self, agreement, count, borrowed)
+    rates, prefix, probs = self.rates(borrowed), 1.0, []
     weight = self.prior.weight
     pooled = (getattr(self, "pooled_accepted", 0.0) + 0.9 * weight) / (
         getattr(self, "pooled_total", 0.0) + weight
