@@ -4,6 +4,8 @@ continuation), the cache invariants, and the draft model carrying on after a cop
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from tiny_models import CacheCheckStreamer, ScriptedModel, shift_rule
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 import dynaspec
+from dynaspec.core.config import SpecConfig
 from dynaspec.core.round import DraftOptions, DraftPlan
 from dynaspec.drafters import HybridDrafter, PromptLookupDrafter, lookup_config, make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, find_match, point_masses
@@ -34,7 +37,7 @@ def hf_candidates(tokens: list[int], num_tokens: int, ngram: int, eos: list[int]
 
 
 def ours(tokens: list[int], num_tokens: int, ngram: int, eos: list[int]) -> list[int]:
-    config = LookupConfig(num_tokens, ngram)
+    config = LookupConfig(num_tokens, ngram, match="leftmost")
     match = find_match(torch.tensor(tokens), config, torch.tensor(eos, dtype=torch.long))
     return match.continuation.tolist() if match is not None else []
 
@@ -52,8 +55,59 @@ def test_find_match_proposes_what_transformers_proposes(
     assert ours(tokens, num_tokens, ngram, eos) == hf_candidates(tokens, num_tokens, ngram, eos)
 
 
+def brute_force_longest(tokens: list[int], num_tokens: int, ngram: int, eos: list[int]):
+    """(continuation, agreement) from the leftmost of the earlier occurrences of the longest
+    matching suffix n-gram that agree furthest back (at most 32 tokens), by loops."""
+    total = len(tokens)
+    for size in range(min(ngram, total - 1), 0, -1):
+        starts = [s + size for s in range(total - size) if tokens[s : s + size] == tokens[-size:]]
+        if not starts:
+            continue
+
+        def agreement(start: int) -> int:
+            count = 0
+            while count < min(32, start) and tokens[start - 1 - count] == tokens[-1 - count]:
+                count += 1
+            return count
+
+        best = max(starts, key=lambda start: (agreement(start), -start))
+        continuation = []
+        for token in tokens[best : best + num_tokens]:
+            if token in eos:
+                break
+            continuation.append(token)
+        return (continuation, agreement(best)) if continuation else None
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 4), min_size=1, max_size=60),
+    num_tokens=st.integers(1, 6),
+    ngram=st.integers(1, 4),
+    eos=st.sampled_from([[], [0], [1, 3]]),
+)
+def test_the_longest_match_is_the_occurrence_that_agrees_furthest_back(
+    tokens: list[int], num_tokens: int, ngram: int, eos: list[int]
+) -> None:
+    config = LookupConfig(num_tokens, ngram)
+    match = find_match(torch.tensor(tokens), config, torch.tensor(eos, dtype=torch.long))
+    found = (match.continuation.tolist(), match.agreement) if match is not None else None
+    assert found == brute_force_longest(tokens, num_tokens, ngram, eos)
+    leftmost = find_match(
+        torch.tensor(tokens), LookupConfig(num_tokens, ngram, match="leftmost"), torch.tensor(eos)
+    )
+    if match is not None and leftmost is not None:
+        assert match.agreement >= leftmost.agreement
+
+
 def test_find_match_by_hand() -> None:
     config = LookupConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2)
+    # "1 2" occurs at 0 and 5; the one at 5 agrees on "5 1 2", the leftmost on "1 2" only
+    text = torch.tensor([1, 2, 3, 9, 5, 1, 2, 4, 8, 5, 1, 2])
+    longest = find_match(text, config, torch.empty(0, dtype=torch.long))
+    assert longest.continuation.tolist() == [4, 8, 5] and longest.agreement == 3
+    config = replace(config, match="leftmost")
     no_eos = torch.empty(0, dtype=torch.long)
     # "7 8" occurs at 1 and 5: the leftmost wins; it agrees on 3 tokens back (6 7 8).
     match = find_match(torch.tensor([6, 7, 8, 9, 6, 7, 8]), config, no_eos)
@@ -83,6 +137,8 @@ def test_point_masses_are_one_hot_rows() -> None:
 def test_lookup_config_and_api_errors() -> None:
     with pytest.raises(ConfigError, match="prompt_lookup_num_tokens must be an int >= 1"):
         LookupConfig(prompt_lookup_num_tokens=0)
+    with pytest.raises(ConfigError, match="match must be one of 'longest', 'leftmost'"):
+        LookupConfig(match="rightmost")
     with pytest.raises(ConfigError, match="max_matching_ngram_size must be an int >= 1"):
         lookup_config(prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
     with pytest.raises(ConfigError, match="pass prompt_lookup_num_tokens too"):
@@ -91,7 +147,9 @@ def test_lookup_config_and_api_errors() -> None:
     with pytest.raises(ConfigError, match="prompt_lookup_num_tokens must be an int >= 1"):
         dynaspec.generate(target, None, torch.tensor([[1]]), prompt_lookup_num_tokens=0)
     assert lookup_config(None, None) is None and make_drafter(None, 8, ()) is None
-    assert lookup_config(3, None) == LookupConfig(3, 2)
+    assert lookup_config(3, None) == LookupConfig(3, 2, match="longest")
+    constant = SpecConfig(num_assistant_tokens_schedule="constant")
+    assert lookup_config(3, 1, constant) == LookupConfig(3, 1, match="leftmost")
     assert isinstance(make_drafter(None, 8, (), LookupConfig(3)), PromptLookupDrafter)
     assert isinstance(make_drafter(target, 8, (), LookupConfig(3)), HybridDrafter)
 
@@ -134,12 +192,24 @@ def rounds(out: dynaspec.GenerateOutput) -> list[tuple[int, int, int]]:
 
 
 def test_copies_are_accepted_when_the_text_repeats() -> None:
-    out, target = lookup_alone(cycle_rule(3), (0, 1, 2, 0), max_new_tokens=9)
+    out, target = lookup_alone(
+        cycle_rule(3), (0, 1, 2, 0), max_new_tokens=9, num_assistant_tokens_schedule="constant"
+    )
     # Round 1: "0" matched at 0, copies 1 2 0 (the end cuts the fourth): all right + 1.
+    # Round 2: "0 1" at 0 (transformers' leftmost occurrence) offers 2 0 1 2.
     assert rounds(out) == [(3, 3, 4), (4, 4, 5)]
     assert target.calls == [[0, 1, 2, 0, 1, 2, 0], [1, 2, 0, 1, 2]]
     assert all(r.draft_forwards == 0 and r.num_drafted == r.num_copied for r in out.stats.rounds)
     assert all(r.confidences == (1.0,) * r.num_copied for r in out.stats.rounds)
+
+
+def test_adaptive_copies_from_the_occurrence_that_agrees_furthest_back() -> None:
+    # Round 2 of the test above: "0 1" occurs at 0 (agreeing on 2 tokens back) and at 3
+    # (agreeing on 5: "0 1 2 0 1"); under adaptive the copy comes from the second, whose
+    # continuation the end of the text cuts at 3 tokens, so a third round is needed.
+    out, _ = lookup_alone(cycle_rule(3), (0, 1, 2, 0), max_new_tokens=9)
+    assert rounds(out) == [(3, 3, 4), (3, 3, 4), (0, 0, 1)]
+    assert [r.agreement for r in out.stats.rounds[:2]] == [1, 5]
 
 
 def test_no_match_is_the_target_alone() -> None:

@@ -98,7 +98,9 @@ def generate_batch(
     )
     rows = [_row(ids, mask, index, spec, settings, options, criteria) for index in range(len(ids))]
     lookup = lookup_config(
-        options.get("prompt_lookup_num_tokens"), options.get("max_matching_ngram_size")
+        options.get("prompt_lookup_num_tokens"),
+        options.get("max_matching_ngram_size"),
+        spec,
     )
     drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():

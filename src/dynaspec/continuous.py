@@ -77,13 +77,12 @@ class ContinuousBatch:
         self.target = batch_adapter(target)
         draft_batch = batch_adapter(draft) if draft is not None else None
         check_batch_pair(self.target, draft_batch)
-        lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
+        spec = spec or SpecConfig()
+        lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
         self.drafter = batch_drafter(draft_batch, lookup, self.target.vocab_size, eos)
-        self.policy = batch_policy(
-            spec or SpecConfig(), 0, draft_cost_ratio(target, draft), self.target.packs_rows
-        )
+        self.policy = batch_policy(spec, 0, draft_cost_ratio(target, draft), self.target.packs_rows)
         self.rows: list[Row] = []
 
     @property

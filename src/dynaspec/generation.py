@@ -101,7 +101,7 @@ def generate(
     settings = resolve_settings(
         kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
     )
-    lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size)
+    lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
     method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings,
                              cross_tokenizer)  # fmt: skip
     fresh = make_policy(spec, draft_cost_ratio(target, draft))  # checks the schedule's name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dynaspec.core.config import SpecConfig
 from dynaspec.core.protocols import Drafter, ModelAdapter
 from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter, draft_eos_ids
 from dynaspec.drafters.draft_model import ModelDrafter
@@ -28,9 +29,14 @@ __all__ = [
 
 
 def lookup_config(
-    prompt_lookup_num_tokens: int | None, max_matching_ngram_size: int | None
+    prompt_lookup_num_tokens: int | None,
+    max_matching_ngram_size: int | None,
+    spec: SpecConfig | None = None,
 ) -> LookupConfig | None:
-    """generate()'s prompt-lookup keywords as a config (None: no prompt lookup)."""
+    """generate()'s prompt-lookup keywords as a config (None: no prompt lookup). Under
+    `spec`'s schedule: transformers' fixed ones copy from transformers' occurrence (the
+    leftmost: the same rounds as transformers); "adaptive" (the default), whose copy rule
+    prices a copy by its agreement, from the occurrence that agrees furthest back."""
     if prompt_lookup_num_tokens is None:
         if max_matching_ngram_size is not None:
             raise ConfigError(
@@ -39,7 +45,9 @@ def lookup_config(
             )
         return None
     ngram = 2 if max_matching_ngram_size is None else max_matching_ngram_size
-    return LookupConfig(prompt_lookup_num_tokens, ngram)
+    adaptive = (spec or SpecConfig()).num_assistant_tokens_schedule == "adaptive"
+    match = "longest" if adaptive else "leftmost"
+    return LookupConfig(prompt_lookup_num_tokens, ngram, match)
 
 
 def make_drafter(

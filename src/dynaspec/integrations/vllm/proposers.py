@@ -164,6 +164,7 @@ class LookupProposer(DynaspecProposer):
         config = LookupConfig(
             prompt_lookup_num_tokens=self.settings.num_speculative_tokens,
             max_matching_ngram_size=self.settings.ngram,
+            match="longest" if self.adaptive else "leftmost",  # as generate() chooses
         )
         self.lookup = PromptLookupDrafter(
             config, self.settings.vocab_size, self.settings.eos_token_ids
