@@ -8,13 +8,14 @@ them, and propose up to `prompt_lookup_num_tokens` of the tokens that follow one
 cut before the first EOS. No model runs: a proposal costs a few tensor ops.
 
 Which occurrence: transformers takes the leftmost (`match="leftmost"`, its exact candidates,
-tested against it); dynaspec by default the one whose tokens before it agree furthest back
-with the newest ones (`match="longest"`, the leftmost of those). A common n-gram's leftmost
-occurrence is often in the wrong place (an instruction, another line of a list): on the
-target's own outputs of 28 grounded prompts a first copied token at an agreement of 2-3 was
-accepted 62% of the time from the longest occurrence and 51% from the leftmost, and the
-agreement, which the copy rule prices copies by, says more (docs/adaptive.md, "Prompt
-lookup"). The output is the target's either way.
+tested against it; generate() under the fixed schedules); under the adaptive schedule
+dynaspec takes the one whose tokens before it agree furthest back with the newest ones
+(`match="longest"`, the leftmost of those). A common n-gram's leftmost occurrence is often in
+the wrong place (the instruction, another line of a list): on the target's own outputs of 28
+grounded prompts a first copied token at an agreement of 2-3 was right 70% of the time from
+the longest occurrence and 52% from the leftmost, so the agreement, by which the copy rule
+prices a copy, says more (docs/adaptive.md, "Which occurrence"). The output is the target's
+either way.
 
 A copied token is not drawn from a distribution, so for speculative sampling its proposal
 is a point mass (a one-hot row): the target accepts it with its own probability of the
