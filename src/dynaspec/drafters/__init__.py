@@ -12,7 +12,7 @@ from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter, draft_eos_i
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.hybrid import HybridDrafter
 from dynaspec.drafters.intersection import IntersectionDrafter
-from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
+from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, match_for
 from dynaspec.drafters.shared_vocab import shared_vocabulary
 from dynaspec.errors import ConfigError
 
@@ -45,8 +45,7 @@ def lookup_config(
             )
         return None
     ngram = 2 if max_matching_ngram_size is None else max_matching_ngram_size
-    adaptive = (spec or SpecConfig()).num_assistant_tokens_schedule == "adaptive"
-    match = "longest" if adaptive else "leftmost"
+    match = match_for((spec or SpecConfig()).num_assistant_tokens_schedule)
     return LookupConfig(prompt_lookup_num_tokens, ngram, match)
 
 

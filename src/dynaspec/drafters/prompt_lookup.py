@@ -43,6 +43,13 @@ MAX_AGREEMENT = 32  # how far back a match's agreement is counted (a policy's fe
 MATCHES = ("longest", "leftmost")  # which earlier occurrence is copied from
 
 
+def match_for(schedule: str) -> str:
+    """The occurrence copied from under a schedule: the adaptive copy rule prices a copy by
+    its agreement, so "longest"; transformers' fixed schedules keep its "leftmost" (and so
+    its rounds)."""
+    return "longest" if schedule == "adaptive" else "leftmost"
+
+
 @dataclass(frozen=True)
 class LookupConfig:
     """Prompt lookup's knobs, with transformers' names and defaults."""

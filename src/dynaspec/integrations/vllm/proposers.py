@@ -24,7 +24,7 @@ from dynaspec.core.config import SamplingConfig
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters.draft_model import ModelDrafter
-from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter
+from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, match_for
 from dynaspec.errors import ConfigError
 from dynaspec.integrations.vllm.requests import Request, RequestTracker, Row, Sent
 from dynaspec.integrations.vllm.settings import ProposerSettings
@@ -164,7 +164,7 @@ class LookupProposer(DynaspecProposer):
         config = LookupConfig(
             prompt_lookup_num_tokens=self.settings.num_speculative_tokens,
             max_matching_ngram_size=self.settings.ngram,
-            match="longest" if self.adaptive else "leftmost",  # as generate() chooses
+            match=match_for(self.settings.schedule),  # as generate() chooses
         )
         self.lookup = PromptLookupDrafter(
             config, self.settings.vocab_size, self.settings.eos_token_ids
