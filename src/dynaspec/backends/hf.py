@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.gemm_rows import fed_rows, padded
 from dynaspec.backends.windows import recording_cache
 from dynaspec.core.protocols import ModelAdapter
 from dynaspec.errors import UnsupportedModelError
@@ -123,11 +124,15 @@ class HFAdapter:
         return torch.tensor([start], dtype=torch.long, device=self.device)
 
     def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        # A long forward may be fed a few copies of its last token after the real ones
+        # (backends/gemm_rows.py): they are dropped from the logits and the cache at once.
+        pad = self._rows(new_tokens.numel()) - new_tokens.numel()
         kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}
         if self._supports_logits_to_keep:
-            kwargs["logits_to_keep"] = num_logits
+            kwargs["logits_to_keep"] = num_logits + pad
         ids_key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
-        kwargs[ids_key] = new_tokens.to(self.device).view(1, -1)  # (1, n), on this model
+        ids = padded(new_tokens.to(self.device), new_tokens.numel() + pad)
+        kwargs[ids_key] = ids.view(1, -1)  # (1, n + pad), on this model
         out = self.model(**kwargs, **self._encoder_kwargs)
         cache = getattr(out, "cache", None)
         self.cache = cache if cache is not None else out.past_key_values
@@ -137,9 +142,18 @@ class HFAdapter:
                 "that cannot be rolled back (no crop()); speculative decoding needs a "
                 "dynamic KV cache (transformers' DynamicCache or EncoderDecoderCache)"
             )
-        self.num_cached += new_tokens.numel()
+        self.num_cached += new_tokens.numel() + pad
+        if pad:
+            self.crop(self.num_cached - pad)
         # (num_logits, V); the loop checks them for NaN/inf once per round, not per forward
-        return out.logits[0, -num_logits:]
+        return out.logits[0, out.logits.shape[1] - pad - num_logits : out.logits.shape[1] - pad]
+
+    def _rows(self, num_tokens: int) -> int:
+        """Rows to feed for `num_tokens` tokens: padded only where nothing but the causal
+        mask keeps the padding unseen (a decoder-only model whose cache crops exactly)."""
+        if self.is_encoder_decoder or self._recording:
+            return num_tokens
+        return fed_rows(num_tokens, getattr(self.model, "dtype", None), self.device)
 
     def crop(self, num_tokens: int) -> None:
         to_remove = self.num_cached - num_tokens
