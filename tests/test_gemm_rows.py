@@ -63,7 +63,7 @@ def test_a_padded_forward_returns_the_real_rows_and_caches_only_them(
 
 
 @pytest.mark.parametrize("schedule", ["constant", "adaptive"])
-def test_padded_forwards_give_the_target_alone_output(always_padded, monkeypatch, schedule):
+def test_padded_forwards_give_the_target_alone_output(always_padded, schedule):
     """Speculative (model draft and prompt lookup) and the target alone, padded, give
     transformers' greedy output token for token."""
     target = tiny_model("llama", vocab_size=VOCAB, num_layers=2, hidden_size=32)
@@ -83,3 +83,26 @@ def test_padded_forwards_give_the_target_alone_output(always_padded, monkeypatch
             assert torch.equal(out.sequences, reference)
         alone = dynaspec.generate(target, None, prompt, max_new_tokens=20)
         assert torch.equal(alone.sequences, reference)
+
+
+def test_no_padding_past_the_end_of_the_models_positions(always_padded) -> None:
+    """GPT-2's learned positions end at n_positions: a forward whose padding would reach
+    past them is fed as it is (else an index error), and the output is still transformers'."""
+    model = tiny_model("gpt2", vocab_size=VOCAB, num_layers=2, hidden_size=32, max_length=16)
+    prompt = torch.tensor([[3, 4, 5, 6] * 3 + [3, 4]])  # 14 tokens: 16 rows fit
+    adapter = HFAdapter(model)
+    assert adapter._rows(14) == 16
+    adapter.forward(adapter.begin(prompt), 1)
+    assert adapter._rows(2) == 2  # 4 rows would end at position 17
+    logits = adapter.forward(torch.tensor([5, 6]), 2)
+    assert adapter.num_cached == 16 and logits.shape == (2, VOCAB)
+    reference = hf_greedy(model, prompt, 2)
+    out = dynaspec.generate(
+        model,
+        None,
+        prompt,
+        max_new_tokens=2,
+        prompt_lookup_num_tokens=4,
+        num_assistant_tokens_schedule="constant",
+    )
+    assert torch.equal(out.sequences, reference)

@@ -150,10 +150,14 @@ class HFAdapter:
 
     def _rows(self, num_tokens: int) -> int:
         """Rows to feed for `num_tokens` tokens: padded only where nothing but the causal
-        mask keeps the padding unseen (a decoder-only model whose cache crops exactly)."""
+        mask keeps the padding unseen (a decoder-only model whose cache crops exactly) and
+        the padding's positions fit the model's context (absolute position tables end)."""
         if self.is_encoder_decoder or self._recording:
             return num_tokens
-        return fed_rows(num_tokens, getattr(self.model, "dtype", None), self.device)
+        rows = fed_rows(num_tokens, getattr(self.model, "dtype", None), self.device)
+        if self.max_length is not None and self.num_cached + rows > self.max_length:
+            return num_tokens
+        return rows
 
     def crop(self, num_tokens: int) -> None:
         to_remove = self.num_cached - num_tokens
