@@ -145,8 +145,9 @@ class HFAdapter:
         self.num_cached += new_tokens.numel() + pad
         if pad:
             self.crop(self.num_cached - pad)
+        real = out.logits[0, : out.logits.shape[1] - pad]  # the padding's rows dropped
         # (num_logits, V); the loop checks them for NaN/inf once per round, not per forward
-        return out.logits[0, out.logits.shape[1] - pad - num_logits : out.logits.shape[1] - pad]
+        return real[-num_logits:]
 
     def _rows(self, num_tokens: int) -> int:
         """Rows to feed for `num_tokens` tokens: padded only where nothing but the causal

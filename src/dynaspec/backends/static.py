@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
+from dynaspec.backends.gemm_rows import padded
 from dynaspec.backends.quant import QUANTIZE_MODES
 from dynaspec.core.sharing import holding
 from dynaspec.errors import ConfigError
@@ -220,9 +221,8 @@ class StaticAdapter:
         pad = self.fast.compile if self.fast.pad_to_buckets is None else self.fast.pad_to_buckets
         bucket = next((b for b in self.fast.buckets if b >= n), n) if pad else n
         self._reserve(start + bucket)
-        ids = new_tokens.to(self.device).view(1, n)
-        if bucket > n:  # pad with copies of the last token; their slots are never attended
-            ids = torch.cat([ids, ids[:, -1:].expand(1, bucket - n)], dim=1)
+        # (1, b): padded with copies of the last token, whose slots are never attended
+        ids = padded(new_tokens.to(self.device), bucket).view(1, bucket)
         positions = torch.arange(start, start + bucket, device=self.device)[None]  # (1, b)
         # Slots attended: all of them when compiled (one shape), else only those in use.
         used = self._capacity if self.fast.compile else start + bucket
