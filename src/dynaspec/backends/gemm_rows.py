@@ -12,7 +12,9 @@ product) and with the static path's prepacked weights (backends/static.py: withi
 percent either way) no such pattern shows. A forward over n >= MIN_PADDED_ROWS tokens (a
 prompt's prefill, a draft's catch-up) therefore feeds up to 3 copies of its last token after
 them: they come after every real token, so a causal model's real positions never attend
-them, their logits are dropped and the cache forgets them at once (backends/hf.py). The real
+them, their logits are dropped and the cache forgets them at once (backends/hf.py; a
+batch's prefill of a joining row, backends/hf_batch.py). A batch's (B, W) block feeds B * W
+rows: it is widened by up to 3 columns that are holes in every row (`fed_width`). The real
 positions' values are those of a forward over another number of rows: in bf16 they may
 differ in the last bit, as any two forwards over different numbers of tokens do (a tie at
 most; README, "Lossless").
@@ -45,3 +47,14 @@ def padded(tokens: torch.Tensor, rows: int) -> torch.Tensor:
     if rows <= tokens.numel():
         return tokens
     return torch.cat([tokens, tokens[-1:].expand(rows - tokens.numel())])
+
+
+def fed_width(
+    num_rows: int, width: int, dtype: torch.dtype | None, device: torch.device | str
+) -> int:
+    """Columns to feed a (num_rows, width) block of a batch: width widened (by at most 3
+    columns) until its num_rows * width rows are a count `fed_rows` keeps as it is."""
+    columns = width
+    while fed_rows(num_rows * columns, dtype, device) != num_rows * columns:
+        columns += 1
+    return columns

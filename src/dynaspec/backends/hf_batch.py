@@ -16,6 +16,11 @@ Rows may also join and leave between rounds (continuous batching, serve/): `join
 new row's prompt in a forward of its own and appends its cache as a new row, `leave` drops
 rows. Holes only ever take room, so when they fill a quarter of the width the cache is
 compacted: every row's own columns are moved together, right-aligned (`compact`).
+
+In bf16 on a CPU a long forward is fed a multiple of 4 rows (backends/gemm_rows.py): a block
+of B x W tokens is widened on the left by up to 3 columns that are holes in every row, and
+a joining row's prefill is fed up to 3 copies of its last token, which its cache forgets at
+once.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends import cache_rows
+from dynaspec.backends.gemm_rows import fed_rows, fed_width, padded
 from dynaspec.backends.windows import sliding_window
 from dynaspec.errors import UnsupportedModelError
 
@@ -57,6 +63,7 @@ class HFBatchAdapter:
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._supports_logits_to_keep = "logits_to_keep" in params
         self.device = next(model.parameters()).device
+        self._dtype = getattr(model, "dtype", None)  # bf16 on a CPU: long forwards padded
         self.cache: Any = None
         self.mask = torch.zeros(0, 0, dtype=torch.long)  # (B, C): 0 at pads and holes
         self.slots: list[list[int]] = []  # per row: the cache index of each sequence token
@@ -94,6 +101,9 @@ class HFBatchAdapter:
         width = max(tokens.numel() for tokens in new_tokens)
         if width == 0:
             return [torch.empty(0, self.vocab_size, device=self.device) for _ in new_tokens]
+        # A long block may be widened on the left by columns that are holes in every row
+        # (backends/gemm_rows.py); holes are masked as a shorter row's are.
+        width = fed_width(len(new_tokens), width, self._dtype, self.device)
         ids, block, positions = self._block(new_tokens, width)
         mask = torch.cat([self.mask, block], dim=1)  # (B, C + W)
         keep = max(max(num_logits), 1)
@@ -139,12 +149,23 @@ class HFBatchAdapter:
     def prefill(self, tokens: torch.Tensor, own: Any = None) -> Any:
         """A joining row's cache with `tokens` (n,) appended to `own` (None: empty), by a
         forward of its own: the prompt of a row that joins, in one piece or in chunks."""
-        if not tokens.numel():
+        count = tokens.numel()
+        if not count:
             return own
+        # A long prefill may be fed a few copies of its last token after the real ones
+        # (backends/gemm_rows.py): the cache forgets them at once.
+        rows = fed_rows(count, self._dtype, self.device)
+        done = 0 if own is None else own.get_seq_length()
+        if self.max_length is not None and done + rows > self.max_length:
+            rows = count  # the padding's positions would pass the model's last
         kwargs: dict[str, Any] = {"use_cache": True, self._cache_kwarg: own}
         if self._supports_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        return _cache_of(self.model(input_ids=tokens.to(self.device)[None], **kwargs))
+        ids = padded(tokens.to(self.device), rows)[None]  # (1, rows)
+        cache = _cache_of(self.model(input_ids=ids, **kwargs))
+        if rows > count:
+            cache.crop(count - rows)  # negative: remove that many (transformers 5)
+        return cache
 
     def join(self, prompt: torch.Tensor, own: Any = None) -> None:
         """Adds a row whose sequence starts with `prompt` (n,), without left padding. Its
