@@ -29,7 +29,12 @@ def always_padded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gemm_rows, "PADDED_DTYPES", (torch.float32,))
 
 
-def _plain_rows(num_tokens: int, dtype: torch.dtype | None, device: torch.device | str) -> int:
+def _plain_rows(
+    num_tokens: int,
+    dtype: torch.dtype | None,
+    device: torch.device | str,
+    room: int | None = None,
+) -> int:
     return num_tokens
 
 
@@ -41,6 +46,8 @@ def test_only_long_bf16_forwards_on_a_cpu_are_padded() -> None:
     assert gemm_rows.fed_rows(365, torch.float32, "cpu") == 365  # MKL's float32: no pattern
     assert gemm_rows.fed_rows(365, None, "cpu") == 365
     assert gemm_rows.fed_rows(365, torch.bfloat16, "cuda") == 365
+    assert gemm_rows.fed_rows(365, torch.bfloat16, "cpu", room=368) == 368
+    assert gemm_rows.fed_rows(365, torch.bfloat16, "cpu", room=367) == 365  # would not fit
     assert gemm_rows.padded(torch.tensor([5, 6, 7]), 5).tolist() == [5, 6, 7, 7, 7]
     assert gemm_rows.padded(torch.tensor([5, 6, 7]), 3).tolist() == [5, 6, 7]
 

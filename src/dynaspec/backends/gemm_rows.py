@@ -29,17 +29,25 @@ MIN_PADDED_ROWS = 256  # shorter forwards are fed as they are
 PADDED_DTYPES = (torch.bfloat16,)  # dtypes whose CPU matrix products show the slow counts
 
 
-def fed_rows(num_tokens: int, dtype: torch.dtype | None, device: torch.device | str) -> int:
+def fed_rows(
+    num_tokens: int,
+    dtype: torch.dtype | None,
+    device: torch.device | str,
+    room: int | None = None,
+) -> int:
     """Rows to feed a forward over `num_tokens` tokens of a model computing in `dtype` on
     `device`: num_tokens rounded up to a multiple of ROW_MULTIPLE for a long bf16 forward
-    on a CPU, else num_tokens itself."""
+    on a CPU, else num_tokens itself; also num_tokens itself where the padding would not fit
+    the `room` positions left in the model's context (None: no end; absolute position
+    tables end)."""
     if (
         num_tokens < MIN_PADDED_ROWS
         or dtype not in PADDED_DTYPES
         or torch.device(device).type != "cpu"
     ):
         return num_tokens
-    return -(-num_tokens // ROW_MULTIPLE) * ROW_MULTIPLE
+    rows = -(-num_tokens // ROW_MULTIPLE) * ROW_MULTIPLE
+    return num_tokens if room is not None and rows > room else rows
 
 
 def padded(tokens: torch.Tensor, rows: int) -> torch.Tensor:

@@ -155,10 +155,8 @@ class HFAdapter:
         the padding's positions fit the model's context (absolute position tables end)."""
         if self.is_encoder_decoder or self._recording:
             return num_tokens
-        rows = fed_rows(num_tokens, getattr(self.model, "dtype", None), self.device)
-        if self.max_length is not None and self.num_cached + rows > self.max_length:
-            return num_tokens
-        return rows
+        room = None if self.max_length is None else self.max_length - self.num_cached
+        return fed_rows(num_tokens, getattr(self.model, "dtype", None), self.device, room)
 
     def crop(self, num_tokens: int) -> None:
         to_remove = self.num_cached - num_tokens

@@ -154,10 +154,9 @@ class HFBatchAdapter:
             return own
         # A long prefill may be fed a few copies of its last token after the real ones
         # (backends/gemm_rows.py): the cache forgets them at once.
-        rows = fed_rows(count, self._dtype, self.device)
         done = 0 if own is None else own.get_seq_length()
-        if self.max_length is not None and done + rows > self.max_length:
-            rows = count  # the padding's positions would pass the model's last
+        room = None if self.max_length is None else self.max_length - done
+        rows = fed_rows(count, self._dtype, self.device, room)
         kwargs: dict[str, Any] = {"use_cache": True, self._cache_kwarg: own}
         if self._supports_logits_to_keep:
             kwargs["logits_to_keep"] = 1
