@@ -1,32 +1,16 @@
 # offline bound: the best any hybrid policy could do with this draft and copies (an oracle
 # that knows how far each source agrees with the target's output), forwards priced by the
 # fitted line, against transformers' prompt lookup (10) priced the same way
-import sys, json, shlex, glob, functools, torch
+import sys, functools
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "prefill-rows-avx512-2026-12-06" / "offline"))
-from look import B, tok, eos, find_match, LookupConfig, load_prompts, render_prompt
-from transformers import AutoModelForCausalLM
-from dynaspec.models import presets
-from dynaspec.models.cache import preset_folder
-DRAFT = preset_folder(presets.model_presets()[presets.pair_presets()["qwen2.5-coder"].draft], torch.bfloat16)
-A_, B_ = 0.165, 0.0077          # target forward: s + s/token
+from look import RUNS, draft_model, teacher_forced, eos, find_match, recorded, LookupConfig
+from sim import T, prefill, run_policy
 D_STEP, D_TOK = 0.018, 0.00235  # draft: s per drafted token, s per catch-up token
-def T(n): return A_ + B_ * n
-def prefill(n): return n * 0.0078
-draft = AutoModelForCausalLM.from_pretrained(DRAFT, dtype=torch.bfloat16).eval()
-def hf_cost(tokens, start):
-    end = start; cost = 0.0
-    while end < tokens.numel():
-        f = find_match(tokens[:end], LookupConfig(10, 2, "leftmost"), eos); run = 0; n = 1
-        if f is not None:
-            c = f.continuation.tolist(); n += len(c)
-            while run < len(c) and end + run < tokens.numel() and c[run] == tokens[end + run]: run += 1
-        cost += T(n); end += run + 1
-    return cost
+draft = draft_model()
 def runs(tokens, start):
     total = tokens.numel()
-    with torch.no_grad():
-        pred = draft(tokens[None]).logits[0].argmax(-1)  # pred[i]: the draft's guess of token i+1
+    pred, _ = teacher_forced(draft, tokens)  # pred[i]: the draft's guess of token i+1
     ok = (pred[:-1] == tokens[1:]).tolist()  # ok[i]: guess of token i+1 right
     dr = [0] * (total + 1)
     for p in range(total - 1, start - 1, -1):  # dr[p]: draft's run drafting token p onward
@@ -58,24 +42,12 @@ def oracle(tokens, start, dr, cp, use_draft=True, use_copy=True, cap=32):
     sys.setrecursionlimit(10000)
     return best(start, False)
 want = sys.argv[1] if len(sys.argv) > 1 else "lee"
-dirs = sorted(glob.glob(B + "match-avx512-2026-12-05/ge*/")) + sorted(glob.glob(B + "borrow-avx512-2026-12-05/*ge*/")) + sorted(glob.glob(B + "prefill-rows-avx512-2026-12-06/ge*/"))
-seen = set()
-for d in dirs:
-    path = Path(d) / "results.jsonl"
-    if not path.exists(): continue
-    command = shlex.split((path.parent / "command.txt").read_text())
-    seed = int(command[command.index("--seed") + 1])
-    prompts = {p.id: p for p in load_prompts("grounded", 4, seed)}
-    for l in path.open():
-        r = json.loads(l)
-        if r["method"] != "target" or not r["prompt_id"].startswith(want) or r["prompt_id"] in seen: continue
-        seen.add(r["prompt_id"])
-        ids = render_prompt(tok, prompts[r["prompt_id"]].text, chat=True)[0]
-        tokens = torch.cat([ids, torch.tensor(r["output_ids"])]); s = ids.numel()
-        P = prefill(s); hf = hf_cost(tokens, s)
-        dr, cp = runs(tokens, s)
-        o_h = oracle(tokens, s, dr, cp); o_c = oracle(tokens, s, dr, cp, use_draft=False)
-        o_d = oracle(tokens, s, dr, cp, use_copy=False)
-        print(f"{seed} {r['prompt_id'][:12]:12s} prompt {s} new {tokens.numel()-s} P={P:.2f} hf={hf:.2f} "
-              f"oracle hybrid {(P+hf)/(P+o_h):.2f} copy-only {(P+hf)/(P+o_c):.2f} draft-only {(P+hf)/(P+o_d):.2f} "
-              f"draft mean run {sum(dr[s:tokens.numel()])/(tokens.numel()-s):.1f}", flush=True)
+for seed, pid, ids, tokens in recorded(RUNS, want):
+    s = ids.numel()
+    P = prefill(s); hf = run_policy(tokens, s, lambda t, i: (10, "leftmost"))[0]
+    dr, cp = runs(tokens, s)
+    o_h = oracle(tokens, s, dr, cp); o_c = oracle(tokens, s, dr, cp, use_draft=False)
+    o_d = oracle(tokens, s, dr, cp, use_copy=False)
+    print(f"{seed} {pid[:12]:12s} prompt {s} new {tokens.numel()-s} P={P:.2f} hf={hf:.2f} "
+          f"oracle hybrid {(P+hf)/(P+o_h):.2f} copy-only {(P+hf)/(P+o_c):.2f} draft-only {(P+hf)/(P+o_d):.2f} "
+          f"draft mean run {sum(dr[s:tokens.numel()])/(tokens.numel()-s):.1f}", flush=True)

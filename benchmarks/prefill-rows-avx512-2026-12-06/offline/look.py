@@ -1,5 +1,5 @@
-# Helpers: the target's outputs of a bench run with their prompts, and a walk of cap-32 copies
-# from the occurrence that agrees furthest back (python look.py RUN_DIR PROMPT_ID)
+# Helpers: the target's outputs of bench runs with their prompts, the bf16 draft, and a walk of
+# cap-32 copies from the occurrence that agrees furthest back (python look.py RUN_DIR PROMPT_ID)
 import json, sys, shlex, glob
 from pathlib import Path
 import torch
@@ -13,15 +13,40 @@ tok = AutoTokenizer.from_pretrained(preset_folder(presets.model_presets()[target
 eos = torch.tensor(sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}))
 B = str(Path(__file__).resolve().parents[2]) + "/"
 def load(run, pid):
-    path=Path(B)/run/"results.jsonl"
-    command = shlex.split((path.parent / "command.txt").read_text())
-    seed = int(command[command.index("--seed") + 1])
-    prompts = {p.id: p for p in load_prompts("grounded", 4, seed)}
-    for l in path.open():
-        r=json.loads(l)
-        if r["method"]=="target" and r["prompt_id"]==pid:
-            ids = render_prompt(tok, prompts[pid].text, chat=True)[0]
-            return ids, torch.tensor(r["output_ids"])
+    # the prompt ids and the target's own output of `pid` in the run folder `run`
+    for _, found, ids, tokens in recorded((run,), pid):
+        if found == pid:
+            return ids, tokens[ids.numel():]
+RUNS = ("match-avx512-2026-12-05/ge*", "borrow-avx512-2026-12-05/*ge*", "prefill-rows-avx512-2026-12-06/ge*")
+def recorded(runs=RUNS, want=""):
+    # (seed, prompt id, prompt ids (n,), prompt + the target's own output (n + m,)) of each
+    # grounded prompt whose id starts with `want` in the runs' results, once (the first run's)
+    seen = set()
+    for pattern in runs:
+        for path in sorted(Path(B).glob(pattern + "/results.jsonl")):
+            command = shlex.split((path.parent / "command.txt").read_text())
+            if "grounded" not in command: continue
+            seed = int(command[command.index("--seed") + 1])
+            prompts = {p.id: p for p in load_prompts("grounded", 4, seed)}
+            for l in path.open():
+                r = json.loads(l)
+                pid = r["prompt_id"]
+                if r["method"] != "target" or not pid.startswith(want) or pid in seen: continue
+                seen.add(pid)
+                ids = render_prompt(tok, prompts[pid].text, chat=True)[0]
+                yield seed, pid, ids, torch.cat([ids, torch.tensor(r["output_ids"])])
+def draft_model():
+    # the pair's 0.5B draft in bf16, as transformers loads it (teacher-forced studies)
+    from transformers import AutoModelForCausalLM
+    draft = presets.pair_presets()["qwen2.5-coder"].draft
+    folder = preset_folder(presets.model_presets()[draft], torch.bfloat16)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+def teacher_forced(draft, tokens):
+    # (n,) the draft's argmax after each prefix of `tokens` (n,) (entry i guesses token i + 1),
+    # and (n,) its probability
+    with torch.no_grad():
+        logits = draft(tokens[None]).logits[0].float()
+    return logits.argmax(-1), logits.softmax(-1).max(-1).values
 def walk(ids, out, cap=32):
     tokens=torch.cat([ids,out]); start=ids.numel(); end=start; rows=[]
     while end < tokens.numel():

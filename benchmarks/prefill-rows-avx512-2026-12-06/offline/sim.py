@@ -2,11 +2,9 @@
 # (0.165 s + 7.7 ms a token; prefill 7.8 ms a token) with fixed caps (longest occurrence) and
 # an oracle that copies exactly what the target keeps, against transformers' prompt lookup (10)
 # (leftmost occurrence): python sim.py
-import json, shlex, glob, torch, statistics
-from pathlib import Path
-from look import B, tok, eos, find_match, LookupConfig, load_prompts, render_prompt
-A,B=0.165,0.0077
-def T(n): return A+B*n
+from look import RUNS, eos, find_match, recorded, LookupConfig
+STEP_S, TOKEN_S = 0.165, 0.0077  # a target forward over n tokens: STEP_S + TOKEN_S * n
+def T(n): return STEP_S+TOKEN_S*n
 def prefill(n): return n*0.0078
 def run_policy(tokens, start, pol):
     end=start; cost=0.0; fw=0
@@ -30,24 +28,12 @@ def oracle(tokens,start):
             while run<len(c) and end+run<tokens.numel() and c[run]==tokens[end+run]: run+=1
         cost+=T(run+1); end+=run+1
     return cost
-rows=[]
-for path in sorted(glob.glob(B + "match-avx512-2026-12-05/ge*/results.jsonl"))+sorted(glob.glob(B + "borrow-avx512-2026-12-05/*ge*/results.jsonl")):
-    path=Path(path)
-    command = shlex.split((path.parent / "command.txt").read_text())
-    if "grounded" not in command: continue
-    seed = int(command[command.index("--seed") + 1])
-    prompts = {p.id: p for p in load_prompts("grounded", 4, seed)}
-    seen=set()
-    for l in path.open():
-        r=json.loads(l)
-        if r["method"]!="target" or not r["prompt_id"].startswith("lee") or r["prompt_id"] in seen: continue
-        seen.add(r["prompt_id"])
-        ids = render_prompt(tok, prompts[r["prompt_id"]].text, chat=True)[0]
-        tokens=torch.cat([ids, torch.tensor(r["output_ids"])]); s=ids.numel()
-        P=prefill(s)
+if __name__ == "__main__":
+    for seed, pid, ids, tokens in recorded(RUNS[:2], "lee"):
+        s=ids.numel(); P=prefill(s)
         hf,_=run_policy(tokens,s,lambda t,i:(10,"leftmost"))
         res={"hf":hf}
         for K in (10,16,24,32): res[f"L{K}"]=run_policy(tokens,s,lambda t,i,K=K:(K,"longest"))[0]
         res["oracle"]=oracle(tokens,s)
-        line=f"{seed} {r['prompt_id'][:8]:8s} P={P:.2f} hf={hf:.2f} "+" ".join(f"{k}={(P+hf)/(P+v):.2f}" for k,v in res.items() if k!='hf')
+        line=f"{seed} {pid[:8]:8s} P={P:.2f} hf={hf:.2f} "+" ".join(f"{k}={(P+hf)/(P+v):.2f}" for k,v in res.items() if k!='hf')
         print(line, flush=True)
