@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends import token_step
 from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
 from dynaspec.backends.gemm_rows import padded
 from dynaspec.backends.quant import QUANTIZE_MODES
@@ -96,6 +97,14 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().nbytes()
 
 
+def _storage_key(tensor: torch.Tensor) -> int:
+    """What tells a tensor's bytes apart: its storage (views share one), or the tensor
+    itself where it has none to read (oneDNN-prepacked)."""
+    if tensor.layout == torch._mkldnn:  # type: ignore[attr-defined]
+        return id(tensor)
+    return tensor.untyped_storage().data_ptr()
+
+
 def round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
@@ -153,6 +162,9 @@ class StaticAdapter:
         self._cos = self._sin = torch.empty(0)
         self._compiled_buckets: set[tuple[int, int]] = set()
         self._hidden = self.decoder.hidden  # what runs a bucketed forward
+        # A w4a8 draft's one-token forwards: fewer calls, rounding of their own
+        drafts = self.fast.quantize == "w4a8" and self.fast.int4_everywhere
+        self._step = token_step.build(self.decoder) if drafts and not self.fast.compile else None
         if self.fast.compile:
             if self.fast.compile_scope == "model":
                 self._hidden = _compile(self.decoder.hidden)
@@ -176,12 +188,14 @@ class StaticAdapter:
         return twin
 
     def weight_bytes(self) -> int:
-        """Bytes of the weights this adapter runs (shared or its own; the cache excluded)."""
+        """Bytes of the weights this adapter runs (shared or its own; the cache excluded),
+        each storage once (a draft's joined q/k/v weights are one storage, three views)."""
         seen: set[int] = set()
         total = 0
         for tensor in [*self.decoder.parameters(), *self.decoder.buffers()]:
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
+            key = _storage_key(tensor)
+            if key not in seen:
+                seen.add(key)
                 total += _nbytes(tensor)
         return total
 
@@ -227,7 +241,10 @@ class StaticAdapter:
         # Slots attended: all of them when compiled (one shape), else only those in use.
         used = self._capacity if self.fast.compile else start + bucket
         mask = causal_mask(positions, used, self._capacity)  # (1, b, A)
-        hidden = self._run(bucket, n, ids, positions, mask)[0]  # (b, H)
+        if bucket == 1 and self._step is not None:
+            hidden = self._step(ids[0], start, self._cos, self._sin, self._cache, mask)
+        else:
+            hidden = self._run(bucket, n, ids, positions, mask)[0]  # (b, H)
         self.num_cached = start + n
         return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)
 

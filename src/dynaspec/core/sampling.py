@@ -23,6 +23,7 @@ from transformers.generation.logits_process import LogitsProcessor
 
 from dynaspec.core.config import SamplingConfig
 from dynaspec.core.processing import apply_processors, build_warpers
+from dynaspec.core.verify import argmax
 from dynaspec.errors import NumericalError
 
 
@@ -73,7 +74,7 @@ class TokenSampler:
         """One token (0-dim LongTensor) from a (V,) row: argmax of the processed scores (as
         transformers' greedy decoding), or a sample from probs."""
         if not self.config.do_sample:
-            return scores.argmax(-1)
+            return argmax(scores)
         return self.sample(probs)
 
     def next_draft(

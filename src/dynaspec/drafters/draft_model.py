@@ -25,7 +25,7 @@ from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import check_finite
+from dynaspec.core.validation import all_finite, check_finite
 
 
 class ModelDrafter:
@@ -131,7 +131,7 @@ class ModelDrafter:
         try:
             token, probs = sampler.next_draft(logits, tokens, run.drafted)
         except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
-            check_finite(bool(torch.isfinite(logits).all()), self.model)
+            check_finite(bool(all_finite(logits)), self.model)
             raise
         run.drafted.append(token)
         run.guessed.append(guessed)
@@ -195,4 +195,4 @@ class _Run:
 
 def _finite(logits: torch.Tensor) -> torch.Tensor:
     """1.0 when every logit is finite, else 0.0 (float64, on the device: no wait)."""
-    return torch.isfinite(logits).all().double()
+    return all_finite(logits).double()

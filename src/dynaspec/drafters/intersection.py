@@ -27,7 +27,7 @@ from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import check_finite
+from dynaspec.core.validation import all_finite, check_finite
 from dynaspec.drafters.cross_tokenizer import CrossTokenizerDrafter
 from dynaspec.drafters.shared_vocab import SharedVocabulary
 
@@ -103,7 +103,7 @@ class IntersectionDrafter(CrossTokenizerDrafter):
             if sampler.config.do_sample:
                 rows.append(probs)
             fed = self.shared.to_draft[token.to(self.shared.to_draft.device)]  # -1: none
-            finite = torch.isfinite(logits).all().double().to(tokens.device)
+            finite = all_finite(logits).double().to(tokens.device)
             values = [token.double(), probs[token].double(), finite, fed.double()]
             checks.append(torch.stack([v.to(tokens.device) for v in values]))
             feed = fed.clamp_min(0).view(1)
