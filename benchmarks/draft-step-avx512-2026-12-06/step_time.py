@@ -49,6 +49,6 @@ def per_call(function, number: int = 200) -> float:
 
 for rows in (1, 11, 33):
     logits = torch.randn(rows, 151936).to(torch.bfloat16)
-    before = per_call(lambda: (logits.argmax(-1), torch.isfinite(logits).all()))
-    after = per_call(lambda: (argmax(logits), all_finite(logits)))
+    before = per_call(lambda x=logits: (x.argmax(-1), torch.isfinite(x).all()))
+    after = per_call(lambda x=logits: (argmax(x), all_finite(x)))
     print(f"{rows} rows of logits: argmax + finite check {before:.0f} -> {after:.0f} us")
