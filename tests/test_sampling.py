@@ -34,7 +34,8 @@ from dynaspec.core import loop as decoding
 from dynaspec.core.config import LimitsConfig, SamplingConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.verify import greedy_accept, speculative_sample
+from dynaspec.core.validation import all_finite
+from dynaspec.core.verify import argmax, greedy_accept, speculative_sample
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import ConstantPolicy, DynamicPolicy, LookaheadPolicy
 
@@ -355,6 +356,30 @@ def test_greedy_accept(draft: list[int], target_argmax: list[int], expected: tup
     )
     assert (num_accepted, int(next_token)) == expected
     assert next_token.dim() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_argmax_is_the_first_of_equal_maxima_in_every_dtype(dtype: torch.dtype) -> None:
+    """16-bit scores are widened before the argmax (faster on a CPU): the same index as
+    torch's own argmax in that dtype, ties to the first, row by row."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(5, 1000, generator=generator).to(dtype)
+    scores[1, 7] = scores[1, 900] = 9.0  # a tie: the first wins
+    scores[2, 999] = 9.5
+    widened = argmax(scores)
+    assert torch.equal(widened, scores.argmax(-1))
+    assert widened[1] == 7 and widened[2] == 999
+    assert int(argmax(scores[3])) == int(scores[3].argmax())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None])
+def test_all_finite_sees_any_nan_or_inf(dtype: torch.dtype, bad: float | None) -> None:
+    logits = torch.randn(3, 151936).to(dtype) * 30
+    if bad is not None:
+        logits[2, 123456] = bad
+    assert bool(all_finite(logits)) == (bad is None)
+    assert bool(all_finite(logits[0])) is True
 
 
 # ---------------------------------------------------------------------------------------

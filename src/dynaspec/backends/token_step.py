@@ -2,9 +2,9 @@
 
 A one-token forward of a `StaticDecoder` runs seven w4a8 kernel calls and some forty small
 torch calls a layer; for Qwen2.5-Coder 0.5B on the 2-core EPYC (AVX512-BF16) that is about
-18 ms a drafted token, of which the kernels take 12. A model that only drafts may round
-differently (the target checks its tokens, which never change the output), so its
-one-token forwards run each layer in fewer calls, on the same weights:
+16 ms a drafted token (its logits included), of which the kernels take about 11. A model
+that only drafts may round differently (the target checks its tokens, which never change
+the output), so its one-token forwards run each layer in fewer calls, on the same weights:
 
 - q, k and v in one kernel call, gate and up in another: each group's packed weights are
   joined into one tensor whose slices become the layers' own (`join`: no copy kept);
@@ -13,9 +13,9 @@ one-token forwards run each layer in fewer calls, on the same weights:
 - queries and keys rotated together (one roll, one multiply-add); the norms in torch's
   fused `rms_norm`, in bf16.
 
-Measured (benchmarks/draft-step-avx512-2026-12-06): 18.1 -> 14.1 ms a drafted token. Its
-logits differ from the layer-by-layer forward's by rounding only (cosine 0.999 on the real
-draft). `build` returns None where it does not apply: a layer not on the w4a8 kernel, no
+Measured (benchmarks/draft-step-avx512-2026-12-06): 15.7 -> 11.3 ms a drafted token. Its
+logits differ from the layer-by-layer forward's by rounding only (cosine 0.996-0.999 on the
+real draft). `build` returns None where it does not apply: a layer not on the w4a8 kernel, no
 bf16 attention kernel, an activation other than SiLU, a norm that is not an RMSNorm.
 """
 
@@ -59,7 +59,6 @@ class TokenStep:
         self.layers = layers
         self.heads, self.kv_heads = attention.num_heads, attention.num_kv_heads
         self.dim, self.scaling = attention.head_dim, attention.scaling
-        self.hidden_size = attention.num_heads * attention.head_dim
 
     @torch.inference_mode()
     def __call__(

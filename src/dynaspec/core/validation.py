@@ -367,8 +367,9 @@ def all_finite(logits: torch.Tensor) -> torch.Tensor:
     """0-dim bool, on the logits' device: whether every value is finite, by one sum (a NaN
     or an inf makes it NaN or inf), 16-bit values summed in float32. On the 2-core EPYC
     that is 38 us for a (V,) bf16 row of 152k logits against 320 us for
-    `torch.isfinite(logits).all()`, 0.8 ms against 8.2 ms for 33 rows. Logits so large
-    that their sum overflows (1e34 and more) count as not finite."""
+    `torch.isfinite(logits).all()`, 0.8 ms against 8.2 ms for 33 rows. Logits large
+    enough for their float32 sum to overflow (about 2e33 each, over 152k of them) count
+    as not finite."""
     wide = torch.float32 if logits.dtype in (torch.bfloat16, torch.float16) else None
     return torch.isfinite(logits.sum(dtype=wide))
 
