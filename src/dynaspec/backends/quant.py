@@ -405,16 +405,16 @@ def release_replaced(
     Whether it was freed."""
     if replacement is linear:
         return False
-    original = _storage(linear.weight)
+    original = storage_of(linear.weight)
     for tensor in (*replacement.parameters(), *replacement.buffers()):
-        if tensor is not None and _storage(tensor) == original:
+        if tensor is not None and storage_of(tensor) == original:
             return False  # the replacement computes from the original itself
     drop_pages(linear.weight.detach(), mappings)
     linear.weight = nn.Parameter(linear.weight.new_empty(0), requires_grad=False)
     return True
 
 
-def _storage(tensor: torch.Tensor) -> int | None:
+def storage_of(tensor: torch.Tensor) -> int | None:
     """Where a tensor's data lives (None: an opaque layout, e.g. a oneDNN prepacked one)."""
     try:
         return tensor.untyped_storage().data_ptr()

@@ -35,7 +35,7 @@ import torch
 from dynaspec.backends import token_step
 from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
 from dynaspec.backends.gemm_rows import padded
-from dynaspec.backends.quant import QUANTIZE_MODES
+from dynaspec.backends.quant import QUANTIZE_MODES, storage_of
 from dynaspec.core.sharing import holding
 from dynaspec.errors import ConfigError
 
@@ -95,14 +95,6 @@ def _nbytes(tensor: torch.Tensor) -> int:
     if tensor.layout == torch._mkldnn:  # type: ignore[attr-defined]
         return tensor.numel() * tensor.element_size()
     return tensor.untyped_storage().nbytes()
-
-
-def _storage_key(tensor: torch.Tensor) -> int:
-    """What tells a tensor's bytes apart: its storage (views share one), or the tensor
-    itself where it has none to read (oneDNN-prepacked)."""
-    if tensor.layout == torch._mkldnn:  # type: ignore[attr-defined]
-        return id(tensor)
-    return tensor.untyped_storage().data_ptr()
 
 
 def round_up(value: int, step: int) -> int:
@@ -193,7 +185,10 @@ class StaticAdapter:
         seen: set[int] = set()
         total = 0
         for tensor in [*self.decoder.parameters(), *self.decoder.buffers()]:
-            key = _storage_key(tensor)
+            # its storage (views share one), or the tensor itself where it has none to
+            # read (oneDNN-prepacked): both addresses of live allocations, never equal
+            key = storage_of(tensor)
+            key = id(tensor) if key is None else key
             if key not in seen:
                 seen.add(key)
                 total += _nbytes(tensor)
