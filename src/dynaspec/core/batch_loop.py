@@ -23,7 +23,7 @@ from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite
+from dynaspec.core.validation import require_finite
 
 
 @dataclass
@@ -188,7 +188,7 @@ def _verify(
             checked.append(None)
             continue
         rows_logits = logits[index].to(row.tokens.device)  # (k + 1, V)
-        check_finite(bool(all_finite(rows_logits)), target)
+        require_finite(rows_logits, target)
         proposal = drafts.proposals[index]
         accepted, new_tokens, scores = accept(row.sampler, rows_logits, row.committed, proposal)
         checked.append(

@@ -21,7 +21,7 @@ from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite
+from dynaspec.core.validation import require_finite
 from dynaspec.core.verify import greedy_accept, speculative_sample
 
 
@@ -121,7 +121,7 @@ def speculative_round(
     verify_input = torch.cat([tokens[target.num_cached :], draft_tokens])
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
     target_time = device_clock(device) - start
-    check_finite(bool(all_finite(target_logits)), target)  # once per round
+    require_finite(target_logits, target)  # once per round
     num_accepted, new_tokens, scores = accept(sampler, target_logits, tokens, proposal)
     return Checked(
         plan,

@@ -383,6 +383,11 @@ def check_finite(finite: bool, model: Any) -> None:
     )
 
 
+def require_finite(logits: torch.Tensor, model: Any) -> None:
+    """Raises NumericalError when any of a model's `logits` is NaN or inf (one transfer)."""
+    check_finite(bool(all_finite(logits)), model)
+
+
 # ---------------------------------------------------------------------------------------
 # Generation keywords: each value of the type core/keywords.py declares
 # ---------------------------------------------------------------------------------------

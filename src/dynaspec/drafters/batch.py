@@ -19,7 +19,7 @@ from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite
+from dynaspec.core.validation import require_finite
 from dynaspec.drafters.hybrid import join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
 
@@ -172,7 +172,7 @@ class BatchDrafter:
         """One drafted token of a row, as the step its stopper sees."""
         sampler, sequence = state.sampler, state.sequence
         logits = logits.to(sequence.device)
-        check_finite(bool(all_finite(logits)), self.model)
+        require_finite(logits, self.model)
         token, probs = sampler.next_draft(logits, sequence, state.tokens)
         state.tokens.append(token)
         if sampler.config.do_sample:

@@ -25,7 +25,7 @@ from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite
+from dynaspec.core.validation import all_finite, check_finite, require_finite
 
 
 class ModelDrafter:
@@ -131,7 +131,7 @@ class ModelDrafter:
         try:
             token, probs = sampler.next_draft(logits, tokens, run.drafted)
         except RuntimeError:  # torch.multinomial refuses NaN/inf probabilities
-            check_finite(bool(all_finite(logits)), self.model)
+            require_finite(logits, self.model)
             raise
         run.drafted.append(token)
         run.guessed.append(guessed)
