@@ -222,6 +222,7 @@ class _FakePipeline:
 def _fake_peers(monkeypatch):
     genai = SimpleNamespace(
         GenerationConfig=SimpleNamespace,
+        SchedulerConfig=lambda: SimpleNamespace(enable_prefix_caching=True),
         LLMPipeline=_FakePipeline,
         draft_model=lambda path, device, **props: ("draft", path, props),
     )
@@ -230,7 +231,7 @@ def _fake_peers(monkeypatch):
     return openvino_peer.OpenVinoPeers("target", "draft", threads=3)
 
 
-def test_fp32_pipelines_are_held_one_at_a_time_and_warmed_up_untimed(monkeypatch):
+def test_pipelines_keep_no_prompt_fp32_ones_one_at_a_time_warmed_up_untimed(monkeypatch):
     pytest.importorskip("openvino", reason='needs openvino: pip install -e ".[openvino]"')
     peers = _fake_peers(monkeypatch)
     ids = torch.arange(40).unsqueeze(0)
@@ -239,6 +240,10 @@ def test_fp32_pipelines_are_held_one_at_a_time_and_warmed_up_untimed(monkeypatch
     assert sorted(peers.pipelines) == [("draft", "fp32"), ("draft", "int8"), ("target", "int8")]
     spec = peers.pipelines[("draft", "fp32")]
     assert spec.kwargs["INFERENCE_PRECISION_HINT"] == "f32" and spec.kwargs["draft_model"]
+    # No prompt's KV kept for a later call, in the pipeline nor in its draft (a repeat of a
+    # prompt would skip its evaluation).
+    assert spec.kwargs["scheduler_config"].enable_prefix_caching is False
+    assert spec.kwargs["draft_model"][2]["scheduler_config"].enable_prefix_caching is False
     assert spec.calls == [(16, openvino_peer.WARMUP_TOKENS), (40, 6)]  # warm-up, then timed
     peers.generate("openvino-target-fp32", ids, 6, [2])  # rebuilt: the spec one is dropped
     assert ("draft", "fp32") not in peers.pipelines and peers.builds["target-fp32"] == 2
