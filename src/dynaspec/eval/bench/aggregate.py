@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dynaspec.eval.bench.methods import METHODS, PEER_FAMILIES
+from dynaspec.eval.bench.methods import BASELINE, METHODS, PEER_FAMILIES
 from dynaspec.eval.bench.record import BenchRecord
 
 ALL_TASKS_ROW = "all"
@@ -61,7 +61,7 @@ def median_of_ratios(
     """task -> median over prompts of the per-prompt ratio (see per_prompt_ratios).
 
     With `all_tasks`, the key "all" holds the median over every prompt of every task.
-    Speedup over the target alone: median_of_ratios(records, "target", method).
+    Speedup over the target alone: `speedups`.
     """
     ratios = per_prompt_ratios(records, numerator, denominator, value)
     medians = {task: float(np.median(values)) for task, values in ratios.items() if values}
@@ -69,6 +69,16 @@ def median_of_ratios(
     if all_tasks and pooled:
         medians[ALL_TASKS_ROW] = float(np.median(pooled))
     return medians
+
+
+def speedups(
+    records: Iterable[BenchRecord], method: str, baseline: str = BASELINE
+) -> dict[str, float]:
+    """task (and "all") -> median over prompts of `method`'s tokens per second over
+    `baseline`'s: the ratio of their wall times where both made as many tokens (every method
+    that gives the target's output), and no credit for a shorter text where a model of
+    another precision or another engine stops at an EOS sooner (`prompt_record.speedup`)."""
+    return median_of_ratios(records, method, baseline, "tokens_per_s")
 
 
 def pooled_accepted_per_round(records: Iterable[BenchRecord], method: str) -> dict[str, float]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from dynaspec.eval.bench.aggregate import (
     ALL_TASKS_ROW,
-    median_of_ratios,
     methods_of,
+    speedups,
     tasks_of,
 )
 from dynaspec.eval.bench.methods import BASELINE
@@ -28,12 +28,12 @@ def plot_speedups(records: Sequence[BenchRecord], path: Path) -> None:
     tasks = tasks_of(records)
     rows = tasks + ([ALL_TASKS_ROW] if len(tasks) > 1 else [])
     methods = [m for m in methods_of(records) if m != BASELINE]
-    speedups = {method: median_of_ratios(records, BASELINE, method) for method in methods}
+    ratios = {method: speedups(records, method) for method in methods}
     width = 0.8 / max(len(methods), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 0.5 * len(methods)), 4.5))
     for index, method in enumerate(methods):
         xs = [row + (index - (len(methods) - 1) / 2) * width for row in range(len(rows))]
-        ys = [speedups[method].get(task, 0.0) for task in rows]
+        ys = [ratios[method].get(task, 0.0) for task in rows]
         ax.bar(xs, ys, width, label=method)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(rows)), rows)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynaspec.eval.bench.measurement import MethodOutput
+from dynaspec.eval.bench.measurement import Measurement, MethodOutput
 from dynaspec.eval.bench.methods import BASELINE, PEER_FAMILIES, SPECS
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.records import BenchConfig, BenchPrompt, output_digest
@@ -55,8 +55,6 @@ def prompt_record(
         )
         warn_mismatch(prompt, name, divergence)
     measurement = measured.output.measurement
-    wall = measurement.wall_time_s
-    target_wall = baseline_run.output.measurement.wall_time_s
     walls = tuple(run.output.measurement.wall_time_s for run in runs[name])
     return BenchRecord(
         task=prompt.task,
@@ -67,7 +65,7 @@ def prompt_record(
         order_in_prompt=measured.order_in_prompt,
         load_avg_1m=measured.load_avg_1m,
         measurement=measurement,
-        speedup_vs_target=target_wall / wall if wall else None,
+        speedup_vs_target=speedup(measurement, baseline_run.output.measurement),
         # None: not compared (a differently quantized model); same_as_target says if it agreed.
         matches_target=(
             (not differing if peer else divergence is None)
@@ -82,6 +80,20 @@ def prompt_record(
         output_ids=tuple(output) if name == BASELINE or divergence is not None or peer else None,
         wall_times_s=walls if len(walls) > 1 else None,
     )
+
+
+def speedup(this: Measurement, target: Measurement) -> float | None:
+    """Tokens per second against the target alone's: the ratio of the wall times where both
+    made as many tokens (every method that gives the target's output), and where a model of
+    another precision or another engine stops at an EOS sooner or later than the target, its
+    rate over the tokens it made (a time ratio would credit the shorter text). None without
+    a time."""
+    if not this.wall_time_s:
+        return None
+    ratio = target.wall_time_s / this.wall_time_s
+    if this.new_tokens and target.new_tokens and this.new_tokens != target.new_tokens:
+        ratio *= this.new_tokens / target.new_tokens
+    return ratio
 
 
 def median_run(runs: Sequence[Measured]) -> Measured:

@@ -38,7 +38,7 @@ class BenchRecord:
     order_in_prompt: int  # its place in the prompt's rotated run order
     load_avg_1m: float | None  # the 1-minute load average before the call
     measurement: Measurement
-    speedup_vs_target: float | None  # wall(target alone) / wall(this), this prompt
+    speedup_vs_target: float | None  # tokens/s(this) / tokens/s(target alone), this prompt
     matches_target: bool | None  # None: not compared (a differently quantized model)
     mismatch: Divergence | None  # where and why it differs from its reference
     output_sha: str  # short sha256 of the new tokens

@@ -94,7 +94,8 @@ def render_markdown(records: Sequence[BenchRecord], plots: Sequence[str] = ()) -
     lines = _header(records)
     lines += [
         "",
-        "Speedup over the target alone (median over prompts of per-prompt wall-time ratios):",
+        "Speedup over the target alone (median over prompts of per-prompt ratios of tokens per "
+        "second: of wall times where the outputs are as long):",
         "",
         speedup_table(records),
         "",

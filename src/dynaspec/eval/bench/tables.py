@@ -15,9 +15,10 @@ from dynaspec.eval.bench.aggregate import (
     methods_of,
     mismatch_counts,
     pooled_accepted_per_round,
+    speedups,
     tasks_of,
 )
-from dynaspec.eval.bench.methods import BASELINE, SPEEDUP_COLUMNS
+from dynaspec.eval.bench.methods import SPEEDUP_COLUMNS
 from dynaspec.eval.bench.record import BenchRecord
 
 ACCEPTED_HEADER = "acc/round (dyn)"
@@ -77,9 +78,7 @@ def speedup_table(records: Sequence[BenchRecord]) -> str:
     run = records[0].run if records else {}
     target_name, draft_name = run.get("target", "?"), run.get("draft", "?")
     tasks = tasks_of(records)
-    speedups = {
-        method: median_of_ratios(records, BASELINE, method) for method, _ in SPEEDUP_COLUMNS
-    }
+    ratios = {method: speedups(records, method) for method, _ in SPEEDUP_COLUMNS}
     accepted = pooled_accepted_per_round(records, "dynamic")
     relative = median_of_ratios(records, "dynamic", "hf-dynamic")
     hybrid = median_of_ratios(records, "hf-prompt-lookup", "hybrid")
@@ -91,7 +90,7 @@ def speedup_table(records: Sequence[BenchRecord]) -> str:
     rows = []
     for task in tasks + ([ALL_TASKS_ROW] if len(tasks) > 1 else []):
         cells = [target_name, draft_name, task, str(len(prompts[task]))]
-        cells += [times(speedups[method].get(task)) for method, _ in SPEEDUP_COLUMNS]
+        cells += [times(ratios[method].get(task)) for method, _ in SPEEDUP_COLUMNS]
         cells += [
             number(accepted.get(task)),
             number(relative.get(task)),
@@ -112,7 +111,7 @@ def method_table(records: Sequence[BenchRecord]) -> str:
         table.append(
             [
                 method,
-                times(median_of_ratios(records, BASELINE, method).get(ALL_TASKS_ROW)),
+                times(speedups(records, method).get(ALL_TASKS_ROW)),
                 number(median(m.tokens_per_s for m in rows if m.tokens_per_s), 1),
                 number(pooled_accepted_per_round(records, method).get(ALL_TASKS_ROW)),
                 f"{kept / drafted:.0%}" if drafted else "–",
