@@ -21,7 +21,7 @@ from dynaspec.eval.bench import methods as bench_methods
 from dynaspec.eval.bench import prompt_record as bench_record
 from dynaspec.eval.bench import run as bench
 from dynaspec.eval.bench.aggregate import median_of_ratios, per_prompt_ratios
-from dynaspec.eval.bench.measurement import Measurement, MethodOutput
+from dynaspec.eval.bench.measurement import Measurement, MethodOutput, speedup
 from dynaspec.eval.bench.methods import parse_methods
 from dynaspec.eval.bench.record import BenchRecord, load_records
 from dynaspec.eval.bench.report import render_markdown, render_report
@@ -217,8 +217,8 @@ def test_a_shorter_text_earns_no_speedup_from_its_length():
     target = made("target", "p0", 8, 4.0).measurement
     for tokens, wall, expected in ((8, 2.0, 2.0), (4, 2.0, 1.0), (16, 4.0, 2.0)):
         measured = made("w8a8", "p0", tokens, wall).measurement
-        assert bench_record.speedup(measured, target) == pytest.approx(expected)
-    assert bench_record.speedup(replace(target, wall_time_s=0.0), target) is None
+        assert speedup(measured, target) == pytest.approx(expected)
+    assert speedup(replace(target, wall_time_s=0.0), target) is None
     records = [
         made("target", "p0", 8, 4.0),
         made("w8a8", "p0", 4, 1.0),  # half the tokens in a quarter of the time: 2x, not 4x
@@ -226,6 +226,20 @@ def test_a_shorter_text_earns_no_speedup_from_its_length():
         made("w8a8", "p1", 8, 2.0),  # as long: the ratio of the times, 3x
     ]
     assert aggregate.speedups(records, "w8a8") == {"a": 2.5, "all": 2.5}
+
+
+def test_the_table_and_the_record_share_one_speedup():
+    """A prompt where both stop at once (no new token) counts in the table with the ratio of
+    the times, as its record's `speedup_vs_target` does; one without a time is left out."""
+    records = [_record("a", "p0", "target", 3.0), _record("a", "p0", "w8a8", 1.0)]
+    records = [
+        replace(r, measurement=replace(r.measurement, new_tokens=0, tokens_per_s=0.0))
+        for r in records
+    ]
+    assert speedup(records[1].measurement, records[0].measurement) == pytest.approx(3.0)
+    assert aggregate.speedups(records, "w8a8") == {"a": pytest.approx(3.0), "all": 3.0}
+    timeless = replace(records[1], measurement=replace(records[1].measurement, wall_time_s=0.0))
+    assert aggregate.speedups([records[0], timeless], "w8a8") == {}
 
 
 def test_pooled_accepted_and_mismatch_counts():

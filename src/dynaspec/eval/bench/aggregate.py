@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from dynaspec.eval.bench.measurement import Measurement, speedup
 from dynaspec.eval.bench.methods import BASELINE, METHODS, PEER_FAMILIES
 from dynaspec.eval.bench.record import BenchRecord
 
@@ -63,22 +64,36 @@ def median_of_ratios(
     With `all_tasks`, the key "all" holds the median over every prompt of every task.
     Speedup over the target alone: `speedups`.
     """
-    ratios = per_prompt_ratios(records, numerator, denominator, value)
-    medians = {task: float(np.median(values)) for task, values in ratios.items() if values}
-    pooled = [ratio for values in ratios.values() for ratio in values]
-    if all_tasks and pooled:
-        medians[ALL_TASKS_ROW] = float(np.median(pooled))
-    return medians
+    return _medians(per_prompt_ratios(records, numerator, denominator, value), all_tasks)
 
 
 def speedups(
     records: Iterable[BenchRecord], method: str, baseline: str = BASELINE
 ) -> dict[str, float]:
-    """task (and "all") -> median over prompts of `method`'s tokens per second over
-    `baseline`'s: the ratio of their wall times where both made as many tokens (every method
-    that gives the target's output), and no credit for a shorter text where a model of
-    another precision or another engine stops at an EOS sooner (`prompt_record.speedup`)."""
-    return median_of_ratios(records, method, baseline, "tokens_per_s")
+    """task (and "all") -> median over prompts of `method`'s speedup over `baseline`
+    (`measurement.speedup`: tokens per second, so no credit for a shorter text where a model
+    of another precision or another engine stops at an EOS sooner; for outputs as long, the
+    ratio of the wall times)."""
+    by_prompt: dict[tuple[str, str], dict[str, Measurement]] = defaultdict(dict)
+    for record in records:
+        if record.method in (method, baseline):
+            by_prompt[(record.task, str(record.prompt_id))][record.method] = record.measurement
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for (task, _), measured in by_prompt.items():
+        if method in measured and baseline in measured:
+            ratio = speedup(measured[method], measured[baseline])
+            if ratio is not None:
+                ratios[task].append(ratio)
+    return _medians(ratios, all_tasks=True)
+
+
+def _medians(ratios: dict[str, list[float]], all_tasks: bool) -> dict[str, float]:
+    """task -> the median of its ratios; with `all_tasks`, "all" -> the median of them all."""
+    medians = {task: float(np.median(values)) for task, values in ratios.items() if values}
+    pooled = [ratio for values in ratios.values() for ratio in values]
+    if all_tasks and pooled:
+        medians[ALL_TASKS_ROW] = float(np.median(pooled))
+    return medians
 
 
 def pooled_accepted_per_round(records: Iterable[BenchRecord], method: str) -> dict[str, float]:

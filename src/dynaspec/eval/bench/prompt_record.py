@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynaspec.eval.bench.measurement import Measurement, MethodOutput
+from dynaspec.eval.bench.measurement import MethodOutput, speedup
 from dynaspec.eval.bench.methods import BASELINE, PEER_FAMILIES, SPECS
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.records import BenchConfig, BenchPrompt, output_digest
@@ -80,20 +80,6 @@ def prompt_record(
         output_ids=tuple(output) if name == BASELINE or divergence is not None or peer else None,
         wall_times_s=walls if len(walls) > 1 else None,
     )
-
-
-def speedup(this: Measurement, target: Measurement) -> float | None:
-    """Tokens per second against the target alone's: the ratio of the wall times where both
-    made as many tokens (every method that gives the target's output), and where a model of
-    another precision or another engine stops at an EOS sooner or later than the target, its
-    rate over the tokens it made (a time ratio would credit the shorter text). None without
-    a time."""
-    if not this.wall_time_s:
-        return None
-    ratio = target.wall_time_s / this.wall_time_s
-    if this.new_tokens and target.new_tokens:  # as long: times 1.0, the time ratio exactly
-        ratio *= this.new_tokens / target.new_tokens
-    return ratio
 
 
 def median_run(runs: Sequence[Measured]) -> Measured:
