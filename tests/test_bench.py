@@ -230,16 +230,24 @@ def test_a_shorter_text_earns_no_speedup_from_its_length():
 
 def test_the_table_and_the_record_share_one_speedup():
     """A prompt where both stop at once (no new token) counts in the table with the ratio of
-    the times, as its record's `speedup_vs_target` does; one without a time is left out."""
-    records = [_record("a", "p0", "target", 3.0), _record("a", "p0", "w8a8", 1.0)]
-    records = [
-        replace(r, measurement=replace(r.measurement, new_tokens=0, tokens_per_s=0.0))
-        for r in records
-    ]
-    assert speedup(records[1].measurement, records[0].measurement) == pytest.approx(3.0)
-    assert aggregate.speedups(records, "w8a8") == {"a": pytest.approx(3.0), "all": 3.0}
-    timeless = replace(records[1], measurement=replace(records[1].measurement, wall_time_s=0.0))
-    assert aggregate.speedups([records[0], timeless], "w8a8") == {}
+    the times, as its record's `speedup_vs_target` does; a method that made no token where
+    the target made some is 0x, not credited for its time; one without a time is left out."""
+
+    def made(method, tokens, wall):
+        record = _record("a", "p0", method, wall)
+        rate = tokens / wall if wall else None
+        return replace(
+            record, measurement=replace(record.measurement, new_tokens=tokens, tokens_per_s=rate)
+        )
+
+    target, empty = made("target", 0, 3.0), made("w8a8", 0, 1.0)
+    assert speedup(empty.measurement, target.measurement) == pytest.approx(3.0)
+    assert aggregate.speedups([target, empty], "w8a8") == {"a": 3.0, "all": 3.0}
+    wrote = made("target", 8, 3.0)
+    assert speedup(empty.measurement, wrote.measurement) == 0.0
+    assert speedup(wrote.measurement, empty.measurement) is None
+    assert aggregate.speedups([wrote, empty], "w8a8") == {"a": 0.0, "all": 0.0}
+    assert aggregate.speedups([target, made("w8a8", 0, 0.0)], "w8a8") == {}
 
 
 def test_pooled_accepted_and_mismatch_counts():

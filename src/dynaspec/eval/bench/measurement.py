@@ -65,11 +65,14 @@ def speedup(this: Measurement, target: Measurement) -> float | None:
     """Tokens per second against the target alone's: the ratio of the wall times where both
     made as many tokens (every method that gives the target's output), and where a model of
     another precision or another engine stops at an EOS sooner or later than the target, its
-    rate over the tokens it made (a time ratio would credit the shorter text); the time ratio
-    where either made no token. None without a time."""
+    rate over the tokens it made (a time ratio would credit the shorter text). Where neither
+    made a token, the ratio of the times; where only the target did, 0. None without a time,
+    or where only this did (the target has no rate to compare)."""
     if not this.wall_time_s or not target.wall_time_s:
         return None
+    if bool(this.new_tokens) != bool(target.new_tokens):
+        return 0.0 if target.new_tokens else None
     ratio = target.wall_time_s / this.wall_time_s
-    if this.new_tokens and target.new_tokens:  # as long: times 1.0, the time ratio exactly
+    if this.new_tokens:  # as long: times 1.0, the time ratio exactly
         ratio *= this.new_tokens / target.new_tokens
     return ratio
