@@ -183,6 +183,15 @@ def _record(task, prompt, method, wall, accepted=(), matches_target=True, kind=N
     )
 
 
+def _made(method, prompt, tokens, wall):
+    """A record of task "a" that made `tokens` new tokens in `wall` seconds."""
+    record = _record("a", prompt, method, wall)
+    rate = tokens / wall if wall else None
+    return replace(
+        record, measurement=replace(record.measurement, new_tokens=tokens, tokens_per_s=rate)
+    )
+
+
 def test_median_of_per_prompt_ratios():
     records = [
         _record("a", "p0", "target", 2.0),
@@ -206,24 +215,16 @@ def test_a_shorter_text_earns_no_speedup_from_its_length():
     """Speedups compare tokens per second: where the outputs are as long, the ratio of the
     wall times; a model of another precision that stops at an EOS after half the tokens in
     half the time is no faster."""
-
-    def made(method, prompt, tokens, wall):
-        record = _record("a", prompt, method, wall)
-        return replace(
-            record,
-            measurement=replace(record.measurement, new_tokens=tokens, tokens_per_s=tokens / wall),
-        )
-
-    target = made("target", "p0", 8, 4.0).measurement
+    target = _made("target", "p0", 8, 4.0).measurement
     for tokens, wall, expected in ((8, 2.0, 2.0), (4, 2.0, 1.0), (16, 4.0, 2.0)):
-        measured = made("w8a8", "p0", tokens, wall).measurement
+        measured = _made("w8a8", "p0", tokens, wall).measurement
         assert speedup(measured, target) == pytest.approx(expected)
     assert speedup(replace(target, wall_time_s=0.0), target) is None
     records = [
-        made("target", "p0", 8, 4.0),
-        made("w8a8", "p0", 4, 1.0),  # half the tokens in a quarter of the time: 2x, not 4x
-        made("target", "p1", 8, 6.0),
-        made("w8a8", "p1", 8, 2.0),  # as long: the ratio of the times, 3x
+        _made("target", "p0", 8, 4.0),
+        _made("w8a8", "p0", 4, 1.0),  # half the tokens in a quarter of the time: 2x, not 4x
+        _made("target", "p1", 8, 6.0),
+        _made("w8a8", "p1", 8, 2.0),  # as long: the ratio of the times, 3x
     ]
     assert aggregate.speedups(records, "w8a8") == {"a": 2.5, "all": 2.5}
 
@@ -232,22 +233,14 @@ def test_the_table_and_the_record_share_one_speedup():
     """A prompt where both stop at once (no new token) counts in the table with the ratio of
     the times, as its record's `speedup_vs_target` does; a method that made no token where
     the target made some is 0x, not credited for its time; one without a time is left out."""
-
-    def made(method, tokens, wall):
-        record = _record("a", "p0", method, wall)
-        rate = tokens / wall if wall else None
-        return replace(
-            record, measurement=replace(record.measurement, new_tokens=tokens, tokens_per_s=rate)
-        )
-
-    target, empty = made("target", 0, 3.0), made("w8a8", 0, 1.0)
+    target, empty = _made("target", "p0", 0, 3.0), _made("w8a8", "p0", 0, 1.0)
     assert speedup(empty.measurement, target.measurement) == pytest.approx(3.0)
     assert aggregate.speedups([target, empty], "w8a8") == {"a": 3.0, "all": 3.0}
-    wrote = made("target", 8, 3.0)
+    wrote = _made("target", "p0", 8, 3.0)
     assert speedup(empty.measurement, wrote.measurement) == 0.0
     assert speedup(wrote.measurement, empty.measurement) is None
     assert aggregate.speedups([wrote, empty], "w8a8") == {"a": 0.0, "all": 0.0}
-    assert aggregate.speedups([target, made("w8a8", 0, 0.0)], "w8a8") == {}
+    assert aggregate.speedups([target, _made("w8a8", "p0", 0, 0.0)], "w8a8") == {}
 
 
 def test_pooled_accepted_and_mismatch_counts():

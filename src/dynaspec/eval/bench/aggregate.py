@@ -4,7 +4,7 @@ acceptance, mismatch counts (definitions in dynaspec.eval.bench.report)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -39,16 +39,32 @@ def per_prompt_ratios(
     Records are paired by (task, prompt_id); prompts lacking either method, or with a zero
     or missing value, are left out.
     """
-    by_prompt: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for record in records:
-        amount = getattr(record.measurement, value)
-        if isinstance(amount, (int, float)) and amount > 0:
-            by_prompt[(record.task, str(record.prompt_id))][record.method] = amount
+
+    def measured(measurement: Measurement) -> bool:
+        amount = getattr(measurement, value)
+        return isinstance(amount, (int, float)) and amount > 0
+
     ratios: dict[str, list[float]] = defaultdict(list)
-    for (task, _), values in by_prompt.items():
-        if numerator in values and denominator in values:
-            ratios[task].append(values[numerator] / values[denominator])
+    for task, top, bottom in _paired(records, numerator, denominator, measured):
+        ratios[task].append(getattr(top, value) / getattr(bottom, value))
     return dict(ratios)
+
+
+def _paired(
+    records: Iterable[BenchRecord],
+    first: str,
+    second: str,
+    keep: Callable[[Measurement], bool] = lambda measurement: True,
+) -> Iterator[tuple[str, Measurement, Measurement]]:
+    """(task, first's measurement, second's) for every prompt, paired by (task, prompt_id),
+    that has both methods among the records whose measurement `keep` accepts."""
+    by_prompt: dict[tuple[str, str], dict[str, Measurement]] = defaultdict(dict)
+    for record in records:
+        if record.method in (first, second) and keep(record.measurement):
+            by_prompt[(record.task, str(record.prompt_id))][record.method] = record.measurement
+    for (task, _), measured in by_prompt.items():
+        if first in measured and second in measured:
+            yield task, measured[first], measured[second]
 
 
 def median_of_ratios(
@@ -74,16 +90,11 @@ def speedups(
     (`measurement.speedup`: tokens per second, so no credit for a shorter text where a model
     of another precision or another engine stops at an EOS sooner; for outputs as long, the
     ratio of the wall times)."""
-    by_prompt: dict[tuple[str, str], dict[str, Measurement]] = defaultdict(dict)
-    for record in records:
-        if record.method in (method, baseline):
-            by_prompt[(record.task, str(record.prompt_id))][record.method] = record.measurement
     ratios: dict[str, list[float]] = defaultdict(list)
-    for (task, _), measured in by_prompt.items():
-        if method in measured and baseline in measured:
-            ratio = speedup(measured[method], measured[baseline])
-            if ratio is not None:
-                ratios[task].append(ratio)
+    for task, this, target in _paired(records, method, baseline):
+        ratio = speedup(this, target)
+        if ratio is not None:
+            ratios[task].append(ratio)
     return _medians(ratios, all_tasks=True)
 
 
