@@ -143,5 +143,6 @@ def test_a_round_serialises_with_asdict() -> None:
         "copy_choice": None,
         "copy_accepted": 1.0,
         "guess": 0,
+        "checked": 0,
         "worth": 1.0,
     }

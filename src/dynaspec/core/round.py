@@ -56,6 +56,8 @@ class DraftOptions:
     search_s: float = 0.0  # wall time of the prompt-lookup search
     started: bool = True  # the draft model holds tokens (False: it has not run yet, so its
     #                       catch-up is the whole prompt's prefill)
+    checks: bool = False  # the draft model can check a copy (DraftPlan.checked): a draft of
+    #                       the target's vocabulary, which takes the continuation as a guess
 
     @property
     def num_copy(self) -> int:
@@ -75,6 +77,9 @@ class DraftPlan:
     guess: int = 0  # of the lookup continuation after the copied tokens, this many are fed
     #                 to the draft model as a guess of its own next tokens (drafters/
     #                 draft_model.py): one forward drafts as many of them as it agrees with
+    checked: int = 0  # of the guessed tokens, the draft drafts this many first without its
+    #                   stopper's say while it agrees with them: a copy it checks, instead
+    #                   of copying it (policies/source_plan.py)
     worth: float = 1.0  # in a batch, what one of the row's tokens is worth to the batch's
     #                     time (0: the row has ended; policies/batch_adaptive.py)
 
@@ -86,7 +91,8 @@ class DraftPlan:
         """The plan cut to at most `most` tokens: copied tokens first, then the model's."""
         copy = min(self.copy, most)
         model = min(self.model, most - copy)
-        return replace(self, copy=copy, model=model, guess=min(self.guess, max(model - 1, 0)))
+        guess = min(self.guess, max(model - 1, 0))
+        return replace(self, copy=copy, model=model, guess=guess, checked=min(self.checked, guess))
 
 
 @dataclass(frozen=True)

@@ -66,13 +66,16 @@ class ModelDrafter:
         eos_token_ids: tuple[int, ...],
         first_index: int = 0,
         guess: torch.Tensor | None = None,
+        checked: int = 0,
     ) -> Proposal:
         """Up to `lookahead` tokens after `tokens` (committed, then any tokens another source
         proposed this round: `first_index` of them, which offsets the DraftStep index the
         stopper sees). `guess` (g,): tokens the draft may well draft next (a lookup
         continuation); they are fed with the first forward, and its rows draft as many
         tokens as agree with them, each as its own forward would (the proposal is the same
-        as without a guess, its forwards fewer)."""
+        as without a guess, its forwards fewer). The first `checked` guessed tokens are a
+        copy the draft checks: while it drafts them, the stopper is not asked (the EOS
+        check is), so the draft runs on through the copy as far as it agrees with it."""
         per_token = stopper.needs_confidence
         pending = tokens[self.model.num_cached :]  # tokens the draft has not seen: >= newest
         catchup = pending.numel()
@@ -85,11 +88,13 @@ class ModelDrafter:
             run.forwards += 1
             for row, logits in enumerate(rows):
                 token = self._next(logits, tokens, run, sampler, guessed=row > 0)
+                agrees = row < guess.numel() and int(token) == int(guess[row])
+                run.held += agrees and row < checked and run.held == row
                 if per_token:  # one transfer: the token, its confidence and the check
                     self._ask(run, first_index, tokens, stopper, eos_token_ids)
                 if row == guess.numel():
                     break
-                if run.stop_reason is not None or int(token) != int(guess[row]):
+                if run.stop_reason is not None or not agrees:
                     # Drafting stops, or parts from the guess, at token `row`: the cache
                     # keeps the guessed tokens drafted before it, as if fed one by one.
                     self.model.crop(self.model.num_cached - (guess.numel() - row))
@@ -150,8 +155,9 @@ class ModelDrafter:
     ) -> None:
         """The stopper's (and the EOS check's) word on the next drafted token not asked yet."""
         index = len(run.steps)
+        asked = stopper if index >= run.held else None  # a checked copy's token: not asked
         step, reason = self._step(
-            run.checks[index].tolist(), index, first_index, tokens, stopper, eos_token_ids
+            run.checks[index].tolist(), index, first_index, tokens, asked, eos_token_ids
         )
         run.steps.append(step)
         run.stop_reason = reason
@@ -162,17 +168,18 @@ class ModelDrafter:
         index: int,
         first_index: int,
         tokens: torch.Tensor,
-        stopper: Stopper,
+        stopper: Stopper | None,
         eos_token_ids: tuple[int, ...],
     ) -> tuple[DraftStep, StopReason | None]:
         """The DraftStep of the `index`-th drafted token (host values; `first_index` tokens
-        another source proposed come before it), and why drafting stops there (None: on)."""
+        another source proposed come before it), and why drafting stops there (None: on;
+        `stopper` None: only an EOS stops it)."""
         token, confidence, finite = values
         check_finite(finite == 1.0, self.model)
         step = DraftStep(first_index + index, tokens.numel() + index, int(token), confidence)
         if step.token in eos_token_ids:
             return step, StopReason.EOS
-        if stopper.should_stop(step):
+        if stopper is not None and stopper.should_stop(step):
             return step, stopper.reason
         return step, None
 
@@ -187,6 +194,7 @@ class _Run:
     forwards: int = 0  # draft forwards run
     drafted: list[torch.Tensor] = field(default_factory=list)  # 0-dim token ids
     guessed: list[bool] = field(default_factory=list)  # per token: drafted in a guessed row
+    held: int = 0  # the first tokens, drafted as a checked copy's, that the stopper is not asked
     rows: list[torch.Tensor] = field(default_factory=list)  # (V,) distributions, sampling only
     checks: list[torch.Tensor] = field(default_factory=list)  # (token, confidence, finite)
     steps: list[DraftStep] = field(default_factory=list)  # the tokens the stopper has seen

@@ -9,7 +9,9 @@ sampling. When the model carries on, the m copied tokens are fed to it in its fi
 (with any committed tokens it missed), and it drafts after them as usual; its cache then
 holds the copied tokens too, and the loop's crop removes the rejected ones. The model is a
 draft of the target's vocabulary (`ModelDrafter`) or of another tokenizer
-(`CrossTokenizerDrafter`, `IntersectionDrafter`: the copied tokens reach it as text).
+(`CrossTokenizerDrafter`, `IntersectionDrafter`: the copied tokens reach it as text). A
+draft of the target's vocabulary may also check a copy instead: the continuation is its
+guess, and it drafts through it without stopping as far as it agrees (`DraftPlan.checked`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ class HybridDrafter:
 
     def offer(self, tokens: torch.Tensor) -> DraftOptions:
         model = self.model.offer(tokens)
-        return replace(self.lookup.offer(tokens), catchup=model.catchup, started=model.started)
+        checks = isinstance(self.model, ModelDrafter)  # it takes a guess
+        return replace(
+            self.lookup.offer(tokens), catchup=model.catchup, started=model.started, checks=checks
+        )
 
     def propose(
         self,
@@ -59,7 +64,10 @@ class HybridDrafter:
         if isinstance(self.model, ModelDrafter):  # a draft of the target's vocabulary: the
             #                                       continuation's next tokens are its guess
             drafted = self.model.draft(
-                *args, first_index=copied.num_copied, guess=guess(options, plan)
+                *args,
+                first_index=copied.num_copied,
+                guess=guess(options, plan),
+                checked=plan.checked,
             )
         else:
             drafted = self.model.draft(*args, first_index=copied.num_copied)

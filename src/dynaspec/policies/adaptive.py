@@ -51,6 +51,9 @@ class AdaptiveConfig:
     min_prefill_tokens: int = 16  # a target forward over at least this many unseen tokens
     #                              times the target's prefill (per token)
     lookup: LookupPrior = LookupPrior()  # copied tokens' acceptance per agreement, until learnt
+    check_below: int = 4  # a running draft model checks a copy whose match agrees on fewer
+    #                      tokens than this, instead of it being copied (0: never;
+    #                      policies/source_plan.py)
 
 
 class AdaptivePolicy:

@@ -12,8 +12,10 @@ m copied tokens when its expected gain G(m) beats the catch-up its rejected copi
 waste, and the plan "the model alone" wins when it is worth more than the copy; a draft
 that has not run yet is charged its start there (its prefill: a copy lets it wait, and on
 text that copies well it may never be needed). Where the model drafts, the continuation's
-next tokens are fed to it as a guess of its own (`_guess_length`). The derivation and its
-assumptions: docs/adaptive.md ("Prompt lookup").
+next tokens are fed to it as a guess of its own (`_guess_length`). Where a running draft
+of the target's vocabulary can, it checks a copy of a short agreement instead of the copy
+being sent (`_checks`). The derivation and its assumptions: docs/adaptive.md ("Prompt
+lookup").
 """
 
 from __future__ import annotations
@@ -55,10 +57,29 @@ def plan_with_copy(
     if alone.model and policy.model_value(floor=rho) - start > value + max(carry, 0.0):
         # the model alone is worth more than the copy
         return _alone(policy, alone, probs, choice)
+    if _checks(policy, options):
+        lookahead = copied + policy.config.max_tokens
+        return DraftPlan(model=lookahead, copy_choice=choice, guess=copied, checked=copied)
     model = max(policy.config.max_tokens - copied, 0) if carry > 0.0 else 0  # 0: stands aside
     guess = _guess_length(policy, probs, copied, model)
     return DraftPlan(
         copied, model, copy_choice=choice, copy_accepted=probs[copied - 1], guess=guess
+    )
+
+
+def _checks(policy: AdaptivePolicy, options: DraftOptions) -> bool:
+    """Whether the draft model checks the copy the rule chose instead of it being copied: a
+    draft that takes a guess and has run (no catch-up of the prompt to pay), and a match that
+    agrees on fewer than `check_below` tokens. The copy is its guess: it drafts through the
+    copied tokens it agrees with without stopping and on after them by its own rule, and a
+    copied token it would not draft is never verified. Where the target paraphrases what it
+    quotes, a short match's first token is wrong about as often as right, and the draft's
+    token there is the better guess (docs/adaptive.md, "A copy the draft checks")."""
+    return (
+        options.checks
+        and options.started
+        and options.catchup is not None
+        and options.agreement < policy.config.check_below
     )
 
 

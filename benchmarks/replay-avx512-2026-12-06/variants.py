@@ -1,0 +1,121 @@
+"""Named variants of the copy rule, patched in for the replay runs (`use(name)`).
+
+- code: dynaspec as committed (policies/source_plan.py, policies/lookup_acceptance.py).
+- flat: every copied token priced at the match's own agreement bucket (the agreement does not
+  grow along the copy).
+- half: the agreement grows at half the copy's position.
+- w1, w4: the copied tokens' prior behind 1 or 4 pseudo-observations a bucket (committed: 2).
+- lo, hi: lower or higher prior acceptance per bucket.
+- nb: the long buckets' prior not raised to the draft's continuation rate.
+- rho1.5, rho2: costs weighed at a rate of at least 1.5 or 2 tokens a step (committed: 1).
+- gfirst: with the draft running and a copy on offer, copy nothing: the whole continuation is
+  the draft's guess (its one forward keeps what it agrees with), the draft drafts on.
+- gfirst-rej: the same only where the rule chose no copy.
+- nocheck: no copy checked by the draft (`AdaptiveConfig.check_below` = 0; "code" before
+  that rule was committed).
+- gcheckN (run at b4ee658, before the rule was committed): with the draft running, a copy
+  the rule chose at an agreement below N becomes the draft's guess whole: the draft's one
+  forward over it keeps the copied tokens it agrees with (no stopping among them) and
+  drafts on, with the cost rule, from where it parts from them.
+"""
+
+from dataclasses import replace
+
+from dynaspec.core.round import DraftPlan
+from dynaspec.policies import adaptive, lookup_acceptance, source_plan
+
+_active = {"name": "code"}
+PRIORS = {
+    "w1": {"weight": 1.0},
+    "w4": {"weight": 4.0},
+    "lo": {"acceptance": (0.2, 0.4, 0.65, 0.85, 0.9, 0.9, 0.9)},
+    "hi": {"acceptance": (0.3, 0.55, 0.8, 0.95, 0.95, 0.95, 0.95)},
+    "nb": {"borrow_from": 64},
+}
+STEP = {"flat": lambda position: 0, "half": lambda position: position // 2}
+_prefix_probs = lookup_acceptance.LookupAcceptance.prefix_probs
+_init = lookup_acceptance.LookupAcceptance.__init__
+_plan_with_copy = source_plan.plan_with_copy
+
+
+def prefix_probs(self, agreement, count, borrowed=0.0):
+    grow = STEP.get(_active["name"])
+    if grow is None:
+        return _prefix_probs(self, agreement, count, borrowed)
+    rates, prefix, probs = self.rates(borrowed), 1.0, []
+    for position in range(count):
+        prefix *= rates[lookup_acceptance.agreement_bucket(agreement + grow(position))]
+        probs.append(prefix)
+    return probs
+
+
+def init(self, prior=None):
+    prior = prior or lookup_acceptance.LookupPrior()
+    _init(self, replace(prior, **PRIORS.get(_active["name"], {})))
+
+
+def plan_with_copy(policy, options, remaining, alone, floor=1.0):
+    name = _active["name"]
+    if name.startswith("rho"):
+        floor = max(floor, float(name[3:]))
+    plan = _plan_with_copy(policy, options, remaining, alone, floor)
+    running = options.catchup is not None and options.started
+    most = policy.config.max_tokens
+    if running and (name == "gfirst" or (name == "gfirst-rej" and not plan.copy)):
+        guess = min(options.num_copy, most - 1)
+        return DraftPlan(model=most, guess=guess, copy_choice=plan.copy_choice)
+    if running and name.startswith("gcheck") and plan.copy and options.agreement < int(name[6:]):
+        _checked["copy"] = options.copy[: plan.copy].tolist()
+        return DraftPlan(model=plan.copy + most, guess=plan.copy, copy_choice=plan.copy_choice)
+    _checked["copy"] = None
+    return plan
+
+
+_checks = source_plan._checks
+
+
+def checks(policy, options):
+    return _active["name"] != "nocheck" and _checks(policy, options)
+
+
+source_plan._checks = checks
+_checked = {"copy": None}  # the copy the draft checks this round (gcheckN)
+_stopper = adaptive.AdaptivePolicy.stopper
+
+
+class CheckStopper:
+    """No stop while the draft agrees with the checked copy; the cost rule after it."""
+
+    def __init__(self, inner, copy):
+        self.inner, self.copy, self.agreeing = inner, copy, True
+        self.reason, self.needs_confidence = inner.reason, inner.needs_confidence
+
+    def should_stop(self, step):
+        if self.agreeing and step.index < len(self.copy) and step.token == self.copy[step.index]:
+            return False
+        self.agreeing = False
+        return self.inner.should_stop(step)
+
+
+_plan = adaptive.AdaptivePolicy.plan
+
+
+def plan(self, options, remaining):
+    _checked["copy"] = None
+    return _plan(self, options, remaining)
+
+
+def stopper(self, plan):
+    inner = _stopper(self, plan)
+    return inner if _checked["copy"] is None else CheckStopper(inner, _checked["copy"])
+
+
+lookup_acceptance.LookupAcceptance.prefix_probs = prefix_probs
+lookup_acceptance.LookupAcceptance.__init__ = init
+adaptive.plan_with_copy = plan_with_copy
+adaptive.AdaptivePolicy.stopper = stopper
+adaptive.AdaptivePolicy.plan = plan
+
+
+def use(name: str) -> None:
+    _active["name"] = name
