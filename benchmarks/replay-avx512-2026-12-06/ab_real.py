@@ -1,6 +1,7 @@
 """The real target (no replay): the hybrid without and with copies checked by the draft, and
 transformers' prompt lookup (10), REPS interleaved runs each (the order rotating), per
-prompt the medians' ratios:
+prompt the medians' ratios; then each distinct output against the target alone's (greedy,
+transformers' generate), its first difference classified (eval/mismatch.py: a tie or a BUG):
 
     python ab_real.py REPS seed:prompt_id ...   (grounded prompts)
 """
@@ -16,6 +17,7 @@ import variants  # noqa: E402  (no replay: the real target, the real clock)
 from dynaspec import generate, load_pair  # noqa: E402
 from dynaspec.eval import data  # noqa: E402
 from dynaspec.eval.hf_peer import HFPeer  # noqa: E402
+from dynaspec.eval.mismatch import classify_mismatch  # noqa: E402
 
 reps = int(sys.argv[1])
 pair = load_pair("qwen2.5-coder", draft_quantize="w4a8")
@@ -27,7 +29,11 @@ for spec in sys.argv[2:]:
     prompt = next(p for p in data.load_prompts("grounded", 4, int(seed)) if p.id.startswith(key))
     ids = data.render_prompt(tok, prompt.text, chat=True)
     generate(pair.target, pair.draft, ids[:, :32], max_new_tokens=8, prompt_lookup_num_tokens=32)
-    seconds, outputs, rounds = {n: [] for n in names}, {}, {n: [] for n in names}
+    seconds, outputs, rounds = (
+        {n: [] for n in names},
+        {n: set() for n in names},
+        {n: [] for n in names},
+    )
     for rep in range(reps):
         for name in names[rep % 3 :] + names[: rep % 3]:
             started = time.perf_counter()
@@ -52,9 +58,21 @@ for spec in sys.argv[2:]:
                 )
                 rounds[name].append(len(o.stats.rounds))
             seconds[name].append(time.perf_counter() - started)
-            outputs[name] = o.sequences[0, ids.shape[1] :].tolist()
+            outputs[name].add(tuple(o.sequences[0, ids.shape[1] :].tolist()))
     med = {n: statistics.median(v) for n, v in seconds.items()}
-    same = all(outputs[n] == outputs["hf"] for n in names)
+    alone = (
+        HFPeer(pair.target)
+        .generate(ids, max_new_tokens=128, eos_token_id=eos, pad_token_id=eos[0])
+        .sequences[0, ids.shape[1] :]
+        .tolist()
+    )
+    notes = []
+    for name in names:
+        for output in sorted(outputs[name]):
+            if list(output) != alone:
+                d = classify_mismatch(pair.target, ids, alone, list(output))
+                steps = "?" if d.steps is None else f"{d.steps:.1f}"
+                notes.append(f"{name}: new token {d.position}, {d.kind} ({steps} steps)")
     print(
         f"{seed} {prompt.id}: "
         + "  ".join(
@@ -63,6 +81,7 @@ for spec in sys.argv[2:]:
             for n in names
         )
         + f"  check / nocheck {med['nocheck'] / med['code']:.3f}"
-        + ("" if same else "  (texts differ)"),
+        + f"; outputs {sum(len(v) for v in outputs.values())}, against the target alone: "
+        + ("; ".join(notes) or "all the same"),
         flush=True,
     )
