@@ -45,6 +45,7 @@ for rep in range(3):
 base = res["lg"][N]
 for chunk in (N, 148, 96, 64, 32, 16):
     v = sorted(res[chunk])
-    print(
-        f"chunk {chunk:4d}: {v[1]:.2f}s ({v[1] / N * 1000:.1f} ms/token) maxdiff {(res['lg'][chunk] - base).abs().max():.3g} argmax same {res['lg'][chunk].argmax() == base.argmax()}"
-    )
+    diff = (res["lg"][chunk] - base).abs().max()
+    same = res["lg"][chunk].argmax() == base.argmax()
+    print(f"chunk {chunk:4d}: {v[1]:.2f}s ({v[1] / N * 1000:.1f} ms/token)", end=" ")
+    print(f"maxdiff {diff:.3g} argmax same {bool(same)}")
