@@ -17,6 +17,8 @@
   the rule chose at an agreement below N becomes the draft's guess whole: the draft's one
   forward over it keeps the copied tokens it agrees with (no stopping among them) and
   drafts on, with the cost rule, from where it parts from them.
+- checkq: the committed check, the stopper after the checked copy starting from the rule's
+  Q_m (as after a sent copy) instead of 1.
 """
 
 from dataclasses import replace
@@ -119,3 +121,28 @@ adaptive.AdaptivePolicy.plan = plan
 
 def use(name: str) -> None:
     _active["name"] = name
+
+
+# checkq: a checked copy's stopper starts from the rule's Q_m (as after a sent copy), not 1
+_plan_with_copy_committed = adaptive.plan_with_copy
+_stopper_committed = adaptive.AdaptivePolicy.stopper
+
+
+def plan_with_copy_q(policy, options, remaining, alone, floor=1.0):
+    plan = _plan_with_copy_committed(policy, options, remaining, alone, floor)
+    if _active["name"] == "checkq" and plan.checked:
+        has_model = options.catchup is not None
+        borrowed = policy.calibration.continuation_acceptance() if has_model else 0.0
+        probs = policy.lookup.prefix_probs(options.agreement, options.num_copy, borrowed)
+        return replace(plan, copy_accepted=probs[plan.checked - 1])
+    return plan
+
+
+def stopper_q(self, plan):
+    if _active["name"] == "checkq" and plan.checked:
+        return adaptive.CostStopper(self, plan.copy_accepted)
+    return _stopper_committed(self, plan)
+
+
+adaptive.plan_with_copy = plan_with_copy_q
+adaptive.AdaptivePolicy.stopper = stopper_q
