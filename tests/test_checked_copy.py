@@ -10,11 +10,10 @@ from collections import Counter
 
 import pytest
 import torch
+from test_guess import VOCAB_SIZE, draft_once, hybrid_rounds, own_draft
 from test_sampling import PROMPT, assert_follows_target, exact_distribution, scripted_pair
-from tiny_models import ARCHITECTURES, hf_greedy, noisy_copy, tiny_model
+from tiny_models import ARCHITECTURES
 
-import dynaspec
-from dynaspec.backends.hf import HFAdapter
 from dynaspec.core.config import LimitsConfig, SamplingConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.round import DraftOptions, DraftPlan, StopReason
@@ -26,39 +25,12 @@ from dynaspec.policies.adaptive import AdaptiveConfig
 from dynaspec.policies.base import RuleStopper
 from dynaspec.policies.source_plan import plan_with_copy
 
-VOCAB_SIZE = 16
-DRAFT_PROMPT = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3]])
-LOOKAHEAD = 8
-
 
 def draft(guess: list[int], checked: int) -> list[int]:
-    """The tiny draft's tokens after DRAFT_PROMPT with `guess`, the first `checked` of it a
-    checked copy, under a stopper that stops at every token it is asked about."""
-    drafter = ModelDrafter(HFAdapter(tiny_model("llama", seed=0, vocab_size=VOCAB_SIZE)))
-    drafter.begin(DRAFT_PROMPT)
+    """The tiny draft's tokens with `guess`, the first `checked` of it a checked copy, under a
+    stopper that stops at every token it is asked about."""
     always = RuleStopper(lambda step: True, StopReason.COST, True)
-    sampler = TokenSampler(SamplingConfig())
-    with torch.inference_mode():
-        proposal = drafter.draft(
-            DRAFT_PROMPT[0],
-            LOOKAHEAD,
-            always,
-            sampler,
-            (),
-            guess=torch.tensor(guess),
-            checked=checked,
-        )
-    return proposal.tokens.tolist()
-
-
-def own_draft() -> list[int]:
-    drafter = ModelDrafter(HFAdapter(tiny_model("llama", seed=0, vocab_size=VOCAB_SIZE)))
-    drafter.begin(DRAFT_PROMPT)
-    stopper = ConstantPolicy(LOOKAHEAD).stopper(DraftPlan(model=LOOKAHEAD))
-    with torch.inference_mode():
-        proposal = drafter.draft(
-            DRAFT_PROMPT[0], LOOKAHEAD, stopper, TokenSampler(SamplingConfig()), ()
-        )
+    proposal, _ = draft_once(torch.tensor(guess), lookahead=8, stopper=always, checked=checked)
     return proposal.tokens.tolist()
 
 
@@ -106,26 +78,9 @@ class CheckingPolicy(ConstantPolicy):
 def test_the_hybrid_checking_copies_equals_transformers_greedy(arch: str) -> None:
     """The adaptive rule checks every copy (check_below above any agreement), on real caches
     and a draft that is right and wrong: transformers' greedy output exactly."""
-    target = tiny_model(arch, seed=0, vocab_size=VOCAB_SIZE)
-    generator = torch.Generator().manual_seed(5)
-    checked = 0
-    for index, scale in enumerate((0.0, 0.1, 0.3)):
-        draft_model = noisy_copy(target, scale=scale, seed=1)
-        segment = torch.randint(0, VOCAB_SIZE, (5 + index,), generator=generator)
-        prompt = segment.repeat(3)[None]
-        config = AdaptiveConfig(max_tokens=5, check_below=64)
-        out = dynaspec.generate(
-            target,
-            draft_model,
-            prompt,
-            max_new_tokens=30,
-            prompt_lookup_num_tokens=8,
-            eos_token_id=[],
-            policy=AdaptivePolicy(config=config),
-        )
-        assert out.sequences.tolist() == hf_greedy(target, prompt, 30).tolist()
-        checked += sum(r.plan.checked > 0 for r in out.stats.rounds)
-    assert checked > 0
+    config = AdaptiveConfig(max_tokens=5, check_below=64)
+    rounds = hybrid_rounds(arch, lambda: AdaptivePolicy(config=config), (0.0, 0.1, 0.3))
+    assert sum(r.plan.checked > 0 for r in rounds) > 0
 
 
 def test_sampling_with_checked_copies_follows_the_target() -> None:

@@ -5,6 +5,7 @@ with guesses still gives transformers' greedy output exactly, on tiny fp32 model
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,8 @@ from tiny_models import ARCHITECTURES, hf_greedy, noisy_copy, tiny_model
 import dynaspec
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.core.config import SamplingConfig
-from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, StopReason
+from dynaspec.core.protocols import LookaheadPolicy, Stopper
+from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import AdaptivePolicy, ConstantPolicy
@@ -28,16 +30,24 @@ LOOKAHEAD = 6
 
 
 def draft_once(
-    guess: torch.Tensor | None, do_sample: bool = False, lookahead: int = LOOKAHEAD
+    guess: torch.Tensor | None,
+    do_sample: bool = False,
+    lookahead: int = LOOKAHEAD,
+    stopper: Stopper | None = None,
+    checked: int = 0,
 ) -> tuple[Proposal, ModelDrafter]:
+    """The tiny draft's proposal after PROMPT with `guess` (the first `checked` of it a copy
+    it checks), under `stopper` (None: drafting all `lookahead` tokens)."""
     model = HFAdapter(tiny_model("llama", seed=0, vocab_size=VOCAB_SIZE))
     drafter = ModelDrafter(model)
     drafter.begin(PROMPT)
     config = SamplingConfig(do_sample=do_sample, temperature=1.0, seed=7)
     sampler = TokenSampler(config)
-    stopper = ConstantPolicy(lookahead).stopper(DraftPlan(model=lookahead))
+    stopper = stopper or ConstantPolicy(lookahead).stopper(DraftPlan(model=lookahead))
     with torch.inference_mode():
-        proposal = drafter.draft(PROMPT[0], lookahead, stopper, sampler, (), guess=guess)
+        proposal = drafter.draft(
+            PROMPT[0], lookahead, stopper, sampler, (), guess=guess, checked=checked
+        )
     return proposal, drafter
 
 
@@ -103,14 +113,16 @@ class GuessingPolicy(ConstantPolicy):
         return DraftPlan(model=lookahead, guess=min(options.num_copy, lookahead - 1))
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_the_hybrid_with_guesses_equals_transformers_greedy(arch: str) -> None:
-    """Every round guesses with the match on offer, on real caches: guesses hit and miss,
-    and the output is transformers' greedy output exactly."""
+def hybrid_rounds(
+    arch: str, make_policy: Callable[[], LookaheadPolicy], scales: tuple[float, ...]
+) -> list[Round]:
+    """The rounds of the hybrid (prompt lookup, 8, and a draft that is the target with noise
+    of each scale) on prompts that repeat a random segment three times, on real caches,
+    each output asserted to be transformers' greedy output exactly."""
     target = tiny_model(arch, seed=0, vocab_size=VOCAB_SIZE)
     generator = torch.Generator().manual_seed(5)
-    hits = missed = 0
-    for index, scale in enumerate((0.0, 0.1, 0.0)):
+    rounds: list[Round] = []
+    for index, scale in enumerate(scales):
         draft = noisy_copy(target, scale=scale, seed=1)
         segment = torch.randint(0, VOCAB_SIZE, (5 + index,), generator=generator)
         prompt = segment.repeat(3)[None]
@@ -121,11 +133,20 @@ def test_the_hybrid_with_guesses_equals_transformers_greedy(arch: str) -> None:
             max_new_tokens=30,
             prompt_lookup_num_tokens=8,
             eos_token_id=[],
-            policy=GuessingPolicy(5),
+            policy=make_policy(),
         )
         assert out.sequences.tolist() == hf_greedy(target, prompt, 30).tolist()
-        hits += sum(r.guess_hits for r in out.stats.rounds)
-        missed += sum(r.guess_fed > r.guess_hits for r in out.stats.rounds)
+        rounds += out.stats.rounds
+    return rounds
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_hybrid_with_guesses_equals_transformers_greedy(arch: str) -> None:
+    """Every round guesses with the match on offer, on real caches: guesses hit and miss,
+    and the output is transformers' greedy output exactly."""
+    rounds = hybrid_rounds(arch, lambda: GuessingPolicy(5), (0.0, 0.1, 0.0))
+    hits = sum(r.guess_hits for r in rounds)
+    missed = sum(r.guess_fed > r.guess_hits for r in rounds)
     assert hits > 0 and missed > 0, (hits, missed)
 
 

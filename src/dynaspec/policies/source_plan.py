@@ -75,12 +75,7 @@ def _checks(policy: AdaptivePolicy, options: DraftOptions) -> bool:
     copied token it would not draft is never verified. Where the target paraphrases what it
     quotes, a short match's first token is wrong about as often as right, and the draft's
     token there is the better guess (docs/adaptive.md, "A copy the draft checks")."""
-    return (
-        options.checks
-        and options.started
-        and options.catchup is not None
-        and options.agreement < policy.config.check_below
-    )
+    return options.checks and options.started and options.agreement < policy.config.check_below
 
 
 def _alone(
