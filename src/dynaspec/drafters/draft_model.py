@@ -89,9 +89,9 @@ class ModelDrafter:
             for row, logits in enumerate(rows):
                 token = self._next(logits, tokens, run, sampler, guessed=row > 0)
                 agrees = row < guess.numel() and int(token) == int(guess[row])
-                if (
-                    agrees and row < checked
-                ):  # the rows before it agreed (it parts at the first not)
+                # the rows before it agreed too: drafting parts from the guess at the first
+                # that does not
+                if agrees and row < checked:
                     run.held = row + 1
                 if per_token:  # one transfer: the token, its confidence and the check
                     self._ask(run, first_index, tokens, stopper, eos_token_ids)
