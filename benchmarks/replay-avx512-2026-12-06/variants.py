@@ -19,6 +19,10 @@
   drafts on, with the cost rule, from where it parts from them.
 - checkq: the committed check, the stopper after the checked copy starting from the rule's
   Q_m (as after a sent copy) instead of 1.
+- start: the draft's start (its prefill of the prompt) charged nothing, so it starts as soon
+  as drafting is worth anything and checks apply on prompts that copy well too.
+- learnchk: a checked copy teaches the copy's acceptance what the round tells of it (without
+  it a copy the draft checks teaches nothing, as it is never sent).
 """
 
 from dataclasses import replace
@@ -146,3 +150,55 @@ def stopper_q(self, plan):
 
 adaptive.plan_with_copy = plan_with_copy_q
 adaptive.AdaptivePolicy.stopper = stopper_q
+
+
+# start: the draft's start (its prompt's prefill) charged nothing: a draft starts as soon as
+# it is worth anything, so checks apply on prompts that copy well too
+_start_cost = source_plan._start_cost
+_worth_starting = adaptive.AdaptivePolicy.worth_starting
+
+
+def start_cost(policy, options):
+    return 0.0 if _active["name"] == "start" else _start_cost(policy, options)
+
+
+def worth_starting(self, catchup, remaining, width=1):
+    return _active["name"] == "start" or _worth_starting(self, catchup, remaining, width)
+
+
+source_plan._start_cost = start_cost
+adaptive.AdaptivePolicy.worth_starting = worth_starting
+
+
+# learnchk: a checked copy teaches the copy's acceptance what the round tells of it: the
+# draft drafted the copy's first `held` tokens (its guessed rows), so the copy was kept as far
+# as the target kept them, and where the target kept the draft's own token after them the
+# copy's was wrong; where the target parted exactly there, only the held ones are known
+_update = adaptive.AdaptivePolicy.update
+
+
+def update(self, round):
+    m = round.plan.checked
+    if _active["name"] == "learnchk" and m and not round.num_copied:
+        held = min(round.guess_hits, m)
+        accepted, drafted = round.num_accepted, round.num_drafted
+        if accepted < held:
+            self.lookup.learn(round_agreement[0], accepted + 1, accepted)
+        elif held < m and drafted > held and accepted > held:
+            self.lookup.learn(round_agreement[0], held + 1, held)
+        elif held:
+            self.lookup.learn(round_agreement[0], held, held)
+    return _update(self, round)
+
+
+round_agreement = [0]
+_plan_committed = adaptive.AdaptivePolicy.plan
+
+
+def plan_agreement(self, options, remaining):
+    round_agreement[0] = options.agreement
+    return _plan_committed(self, options, remaining)
+
+
+adaptive.AdaptivePolicy.update = update
+adaptive.AdaptivePolicy.plan = plan_agreement

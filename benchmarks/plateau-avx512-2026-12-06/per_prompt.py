@@ -1,0 +1,44 @@
+"""Per prompt, from the runs in this folder: grounded, the hybrid against transformers' prompt
+lookup (10); open-ended, the hybrid against the draft model alone (tokens per second, each the
+bench's median of its three runs). Where a method's output parts from the target alone's (a
+tie, classified by the bench), the new token it parts at is shown: the two then ran different
+texts from there.
+
+    python per_prompt.py
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+PAIRS = {
+    "grounded": ("hybrid-w4a8", "hf-prompt-lookup"),
+    "open-ended": ("hybrid-w4a8", "adaptive-w4a8"),
+}
+for task, (mine, theirs) in PAIRS.items():
+    ratios = []
+    for path in sorted(Path(__file__).resolve().parent.glob("*/results.jsonl")):
+        speed, parts = {}, {}
+        for line in path.open():
+            record = json.loads(line)
+            if record["task"] == task:
+                speed[record["prompt_id"], record["method"]] = record["tokens_per_s"]
+                if record["mismatch"]:
+                    kind = record["mismatch"]["kind"]
+                    parts[record["prompt_id"], record["method"]] = (
+                        f" {record['method']} parts at {record['mismatch']['position']} ({kind})"
+                    )
+        for key in sorted({key for key, _ in speed}):
+            if (key, mine) in speed and (key, theirs) in speed:
+                ratios.append(speed[key, mine] / speed[key, theirs])
+                print(
+                    f"{path.parent.name} {key:28s} {mine} {speed[key, mine]:5.1f} tok/s, "
+                    f"{theirs} {speed[key, theirs]:5.1f}: {ratios[-1]:.3f}x"
+                    + parts.get((key, mine), "")
+                    + parts.get((key, theirs), "")
+                )
+    if ratios:
+        print(
+            f"{task}: {mine} / {theirs}: median {statistics.median(ratios):.3f}x, "
+            f"{min(ratios):.3f}-{max(ratios):.3f}x over {len(ratios)} prompts\n"
+        )
