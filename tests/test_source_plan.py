@@ -144,6 +144,29 @@ def test_a_copy_on_offer_lets_a_draft_that_has_not_run_wait() -> None:
     assert sources(policy.plan(fresh, 1000)) == (1, 0)
 
 
+def test_a_draft_starts_only_for_the_tokens_copies_do_not_give() -> None:
+    # A draft 300 tokens behind costs 3.74 target steps to feed (above); 60 tokens left.
+    policy = measured(prefill_s_per_token=0.01)
+    cost = policy.costs.catchup_cost(300)
+    assert policy.lookup.uncopied_share() == 1.0  # nothing copied: the draft gives all
+    savings = 60 * (1 - 1 / policy.expected_rate())
+    assert savings >= policy.config.start_margin * cost and policy.worth_starting(300, 60)
+    # Four rounds of 20 copied tokens, all accepted: 21 tokens each, 1 not copied.
+    for _ in range(4):
+        policy.update(make_round(20, 20, (1.0,) * 20, 0.0, 0.3, 21, 0, 0, 20, agreement=8))
+    # Each round weighed by 0.9 per round since, behind 4 tokens that copies did not give;
+    # the two measuring steps of `measured` emitted one (not copied) token each.
+    recent = sum(0.9**k for k in range(4))
+    emitted = 21 * recent + (1 + 0.9) * 0.9**4
+    share = (emitted - 20 * recent + 4) / (emitted + 4)
+    assert policy.lookup.uncopied_share() == pytest.approx(share)  # 0.11
+    savings = 60 * (1 - 1 / policy.expected_rate())  # counting all 60: it would start
+    cost = policy.costs.catchup_cost(300)
+    assert savings >= policy.config.start_margin * cost > share * savings
+    assert not policy.worth_starting(300, 60)  # the copies will give most of the 60
+    assert policy.worth_starting(2, 60)  # a draft in step is fed whatever copies give
+
+
 def test_without_a_match_the_models_rule_is_unchanged() -> None:
     for catchup, remaining in ((1, None), (1, 3), (300, 10), (300, 10_000)):
         policy, twin = measured(0.01), measured(0.01)

@@ -23,6 +23,11 @@
   as drafting is worth anything and checks apply on prompts that copy well too.
 - learnchk: a checked copy teaches the copy's acceptance what the round tells of it (without
   it a copy the draft checks teaches nothing, as it is never sent).
+- share (run at 543a530, before the rule was committed): a draft's start is repaid only by
+  the tokens copies will not give: the tokens left weighed by the share of the call's tokens
+  so far that no accepted copied token gave (behind 4 such tokens, not decayed).
+- noshare: the committed rule without that share (`LookupAcceptance.uncopied_share` 1.0):
+  "code" before the share was committed.
 """
 
 from dataclasses import replace
@@ -202,3 +207,39 @@ def plan_agreement(self, options, remaining):
 
 adaptive.AdaptivePolicy.update = update
 adaptive.AdaptivePolicy.plan = plan_agreement
+
+
+# share: a draft's start (or a lagging draft's catch-up) is repaid only by the tokens the
+# copies will not yield: the tokens left are weighed by the share of this call's tokens so far
+# that no accepted copied token gave (behind 4 such tokens)
+_update_share = adaptive.AdaptivePolicy.update
+_worth_share = adaptive.AdaptivePolicy.worth_starting
+
+
+def update_share(self, round):
+    counts = self.__dict__.setdefault("_share", [0, 0])
+    counts[0] += round.num_emitted
+    counts[1] += round.num_emitted - min(round.num_accepted, round.num_copied)
+    return _update_share(self, round)
+
+
+def worth_share(self, catchup, remaining, width=1):
+    if _active["name"] == "share" and remaining is not None:
+        emitted, uncopied = self.__dict__.get("_share", [0, 0])
+        remaining = remaining * (uncopied + 4) / (emitted + 4)
+    return _worth_share(self, catchup, remaining, width)
+
+
+adaptive.AdaptivePolicy.update = update_share
+adaptive.AdaptivePolicy.worth_starting = worth_share
+
+
+# noshare: the committed start rule without the copies' share
+_uncopied_share = lookup_acceptance.LookupAcceptance.uncopied_share
+
+
+def uncopied_share(self):
+    return 1.0 if _active["name"] == "noshare" else _uncopied_share(self)
+
+
+lookup_acceptance.LookupAcceptance.uncopied_share = uncopied_share

@@ -9,7 +9,10 @@ target step), token k + 1 is drafted while
 
 and a lagging draft is fed its catch-up (C target steps) only when the tokens left repay it,
 
-    R * (1 - 1 / rho_s)  >=  start_margin * C.
+    R * s * (1 - 1 / rho_s)  >=  start_margin * C,
+
+s the share of the tokens so far that no accepted copied token gave (1 without prompt
+lookup): the tokens a draft would have to give.
 
 The derivation (renewal-reward), the priors and the assumptions: docs/adaptive.md. The
 policy combines named parts: a cost model (costs.py), a calibration (calibration.py), the
@@ -105,6 +108,8 @@ class AdaptivePolicy:
             self.lookup.prober.learn(round.plan.copy_choice)
         if round.num_copied:
             self.lookup.learn(round.agreement, round.num_copied, round.num_accepted)
+        copied = min(round.num_copied, round.num_accepted, round.num_emitted)
+        self.lookup.learn_share(round.num_emitted, copied)
         self.calibration.learn(*_model_tokens(round))
 
     def learn_forwards(self, round: Round, tokens: int) -> None:
@@ -197,9 +202,11 @@ class AdaptivePolicy:
 
     def worth_starting(self, catchup: int, remaining: float | None, width: int = 1) -> bool:
         """Whether the draft's catch-up (paid now) is repaid by the tokens left: expected
-        savings >= start_margin * catch-up cost. A draft in step (at most one token beyond
-        the usual one to feed) always is. `width`: tokens each drafted position adds to the
-        target's forward (`model_value`'s)."""
+        savings >= start_margin * catch-up cost, the savings counted on the share of the
+        tokens left that copies are not expected to give (`LookupAcceptance.uncopied_share`:
+        where copies give most tokens, a draft has few left to speed up). A draft in step (at
+        most one token beyond the usual one to feed) always is. `width`: tokens each drafted
+        position adds to the target's forward (`model_value`'s)."""
         if catchup <= 2:
             return True
         cost = self.costs.catchup_cost(catchup)
@@ -207,7 +214,8 @@ class AdaptivePolicy:
             return False
         if remaining is None:
             return True
-        savings = remaining * (1.0 - 1.0 / self.expected_rate(width))
+        left = remaining * self.lookup.uncopied_share()
+        savings = left * (1.0 - 1.0 / self.expected_rate(width))
         return savings >= self.config.start_margin * cost
 
     def expected_rate(self, width: int = 1) -> float:

@@ -4,7 +4,8 @@ b(a) = P(a copied token is accepted | its source agrees with the text on the a t
 it); for the j-th token (0-based) of a copy whose match agreed on ell tokens, a = ell + j.
 Counted per power-of-two bucket of a behind an optimistic prior, made non-decreasing in a,
 with a prober for when the rule keeps declining: docs/adaptive.md ("Copied tokens'
-acceptance").
+acceptance"). Also the share of the tokens that no accepted copied token gave, which a
+draft's start is repaid by (docs/adaptive.md, "Which source first").
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class LookupPrior:
     borrow_from: int = 8
     probe_interval: int = 8  # declined matches before a probe copies one token anyway
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval
+    # The share of the tokens that copies do not give (what a draft's start is repaid by):
+    # counted behind this many tokens that no copy gave, each round's weighed by
+    # share_decay per round since.
+    share_weight: float = 4.0
+    share_decay: float = 0.9
 
 
 def agreement_bucket(agreement: int) -> int:
@@ -51,6 +57,8 @@ class LookupAcceptance:
         self.accepted = [0.0] * NUM_BUCKETS
         self.total = [0.0] * NUM_BUCKETS  # known outcomes per bucket
         self.prober = Prober(self.prior.probe_interval, self.prior.max_probe_interval)
+        self.emitted = 0.0  # tokens the rounds emitted (decayed: `learn_share`)
+        self.copied = 0.0  # of those, copied tokens the target accepted (decayed)
 
     def rates(self, borrowed: float = 0.0) -> list[float]:
         """b per bucket: each bucket's rate behind its prior (from `borrow_from` on, at least
@@ -93,3 +101,17 @@ class LookupAcceptance:
             bucket = agreement_bucket(agreement + position)
             self.accepted[bucket] += float(position < num_accepted)
             self.total[bucket] += 1.0
+
+    def learn_share(self, emitted: int, copied: int) -> None:
+        """A round emitted `emitted` tokens, `copied` of them copied tokens the target
+        accepted (0 where it copied nothing)."""
+        decay = self.prior.share_decay
+        self.emitted = decay * self.emitted + emitted
+        self.copied = decay * self.copied + copied
+
+    def uncopied_share(self) -> float:
+        """Of the tokens the rounds emitted, the share that no accepted copied token gave,
+        behind `share_weight` such tokens (1.0 while nothing is copied): the share of the
+        tokens left a draft model would have to give."""
+        weight = self.prior.share_weight
+        return (self.emitted - self.copied + weight) / (self.emitted + weight)
