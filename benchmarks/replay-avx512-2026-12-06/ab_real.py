@@ -4,8 +4,12 @@ prompt the medians' ratios; then each distinct output against the target alone's
 transformers' generate), its first difference classified (eval/mismatch.py: a tie or a BUG):
 
     python ab_real.py REPS seed:prompt_id ...   (grounded prompts)
+
+AB_VARIANTS=noshare,code compares two other variants of variants.py (default nocheck,code);
+the last line's ratio is the first one's time over the second's.
 """
 
+import os
 import statistics
 import sys
 import time
@@ -23,7 +27,8 @@ reps = int(sys.argv[1])
 pair = load_pair("qwen2.5-coder", draft_quantize="w4a8")
 tok = pair.tokenizer
 eos = sorted({tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")})
-names = ("nocheck", "code", "hf")
+first, second = os.environ.get("AB_VARIANTS", "nocheck,code").split(",")
+names = (first, second, "hf")
 for spec in sys.argv[2:]:
     seed, key = spec.split(":", 1)
     prompt = next(p for p in data.load_prompts("grounded", 4, int(seed)) if p.id.startswith(key))
@@ -80,7 +85,7 @@ for spec in sys.argv[2:]:
             f"{med['hf'] / med[n]:.3f}x"
             for n in names
         )
-        + f"  check / nocheck {med['nocheck'] / med['code']:.3f}"
+        + f"  {second} / {first} {med[first] / med[second]:.3f}"
         + f"; outputs {sum(len(v) for v in outputs.values())}, against the target alone: "
         + ("; ".join(notes) or "all the same"),
         flush=True,
