@@ -160,8 +160,8 @@ def test_a_draft_starts_only_for_the_tokens_copies_do_not_give() -> None:
     emitted = 21 * recent + (1 + 0.9) * 0.9**4
     share = (emitted - 20 * recent + 4) / (emitted + 4)
     assert policy.lookup.uncopied_share() == pytest.approx(share)  # 0.11
+    assert policy.costs.catchup_cost(300) == cost  # the copies' rounds left it as it was
     savings = 60 * (1 - 1 / policy.expected_rate())  # counting all 60: it would start
-    cost = policy.costs.catchup_cost(300)
     assert savings >= policy.config.start_margin * cost > share * savings
     assert not policy.worth_starting(300, 60)  # the copies will give most of the 60
     assert policy.worth_starting(2, 60)  # a draft in step is fed whatever copies give
