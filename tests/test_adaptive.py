@@ -104,7 +104,7 @@ def test_costs_are_measured_in_target_steps() -> None:
 
 # Measured on the AVX2 EPYC in float32, eager (transformers' cache), the README example's
 # 15 rounds: one target step over 1 token 0.75 s, over 3 to 21 tokens 2.0-3.3 s, a draft
-# token 0.23-0.27 s (tests/test_adaptive.py cites them; docs/adaptive.md, "Estimates").
+# token 0.23-0.27 s (tests/test_adaptive.py cites them; docs/design/adaptive.md, "Estimates").
 EAGER_AVX2 = [(1, 0.749), (6, 2.407), (4, 2.022), (3, 2.003), (21, 2.674), (8, 2.189),
               (21, 2.125), (21, 2.586), (16, 2.468), (6, 2.657), (18, 2.78), (12, 2.1),
               (9, 2.463), (20, 3.317)]  # fmt: skip

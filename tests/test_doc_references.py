@@ -2,7 +2,8 @@
 and a cited section is a heading of that file.
 
 The forms checked:
-- `docs/NAME.md` anywhere (code, docstrings, comments, markdown): the file exists;
+- `docs/NAME.md` or `docs/FOLDER/NAME.md` anywhere (code, docstrings, comments, markdown): the
+  file exists;
 - `docs/NAME.md ("Section name")`: a heading with exactly that text (line breaks and runs of
   spaces inside the quotes count as one space);
 - `NAME.md#anchor` (with or without `docs/`): a heading whose GitHub anchor is `anchor`;
@@ -21,10 +22,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = "docs"
 
-# docs/x.md, then optionally #anchor or ("Section") (the section may wrap across lines); not
-# the target of a markdown link, which LINK reads.
+# docs/x.md or docs/sub/x.md, then optionally #anchor or ("Section") (the section may wrap
+# across lines); not the target of a markdown link, which LINK reads.
 CITATION = re.compile(
-    r"(?<![\w./-])(?<!\]\()(?P<path>(?:docs/)?[\w.-]+\.md)"
+    r"(?<![\w./-])(?<!\]\()(?P<path>(?:docs/(?:[\w-]+/)*)?[\w.-]+\.md)"
     r"(?:#(?P<anchor>[\w-]+)|\s+\(\"(?P<section>[^\"]+)\"\))?"
 )
 # A markdown link to a relative file or an anchor: [text](path.md#anchor), [text](#anchor).
@@ -153,6 +154,7 @@ def test_the_eval_citations_name_their_sections() -> None:
     "citation,message",
     [
         ('see docs/nowhere.md ("Intro")', "no such file"),
+        ("see docs/design/nowhere.md", "no such file"),
         ('see docs/guide.md ("Missing\n  section")', "no heading with this text"),
         ("see docs/guide.md#missing-section", "no heading with this anchor"),
         ("see guide.md#nothing-here", "no heading with this anchor"),

@@ -1,4 +1,4 @@
-"""The package's folders are its layers (docs/architecture.md): imports point down only,
+"""The package's folders are its layers (docs/design/architecture.md): imports point down only,
 there are no import cycles, and files and functions stay small enough to read."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Top-1 agreement and mean KL of each quantized 1.5B target with the float32 model, teacher
-forced over the same token ids (the figures in docs/fast-path.md and quant.py's
+forced over the same token ids (the figures in docs/design/fast-path.md and quant.py's
 INT4_TOLERANCE). Run from the repository root, nothing else running:
 
     python benchmarks/int4-kernel-avx2-2026-12-02/quality.py [MODE ...]
@@ -25,7 +25,7 @@ from dynaspec.models.presets import get_model_preset
 
 TARGET = "qwen2.5-coder-1.5b"
 SLICES = [
-    ("docs/fast-path.md", 2000, 6000),
+    ("docs/design/fast-path.md", 2000, 6000),
     ("src/dynaspec/backends/static.py", 3000, 7000),
     ("README.md", 3000, 7000),
     ("src/dynaspec/policies/costs.py", 1000, 5000),

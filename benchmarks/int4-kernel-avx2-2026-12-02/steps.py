@@ -1,6 +1,6 @@
 """The static 1.5B target quantized each way (default int4 and int8; or the MODEs given, e.g.
 int8 w8a8) in one process, forwards of each interleaved, 200 tokens cached: median ms of 5
-for a forward over n new tokens (the T(n) figures in docs/fast-path.md, this folder's
+for a forward over n new tokens (the T(n) figures in docs/design/fast-path.md, this folder's
 README and benchmarks/w8a8-avx512-2026-12-04). Run from the repository root, nothing else
 running:
 

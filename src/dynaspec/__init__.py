@@ -1,7 +1,7 @@
 """dynaspec: lossless speculative decoding with a per-round (dynamic) lookahead.
 
 The public API: `generate`, `load_pair`, `load_model`, the policies, `GenerateOutput` and the
-typed errors. The layers underneath are described in docs/architecture.md.
+typed errors. The layers underneath are described in docs/design/architecture.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ bytes a weight, against bf16's 2 and int8's 1. torch's int4 kernel for bf16 does
 This one multiplies the codes themselves, turned into bf16 by one table lookup, with
 VDPBF16PS (csrc/bf16_tiles.h), and adds s times each group's sum and m times the group's sum
 of the activations, so a verification over a few tokens costs about one step.
-Measurements: docs/fast-path.md.
+Measurements: docs/design/fast-path.md.
 
 A row of a T-token product is bitwise the one-token product (see the source). Built and
 loaded by backends/kernel_build.py; where it cannot be (no compiler, no AVX512-BF16, not

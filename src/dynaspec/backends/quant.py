@@ -100,7 +100,7 @@ INT4_GROUP_SIZES = (128, 64, 32)
 # GGUF), top-1 agreement with the float32 model over 1,280 teacher-forced positions
 # (benchmarks/int4-kernel-avx2-2026-12-02/quality.py): this rule (29 of 197 layers in
 # int8) 0.993, int8 everywhere 0.988, llama.cpp on the GGUF itself 0.981; every layer in 4
-# bits 0.940 (an earlier run, docs/fast-path.md).
+# bits 0.940 (an earlier run, docs/design/fast-path.md).
 INT4_TOLERANCE = 0.01
 
 

@@ -6,7 +6,7 @@ activations are quantized per token and group of GROUP columns inside the kernel
 127, OpenVINO's "dynamic quantization" on the CPU), and the products run in integers with
 VPDPBUSD: 64 multiply-adds an instruction on the codes as they are, against the bf16 int8
 kernel's 32 after widening each code. So a verification over 6-8 tokens costs much less
-than the bf16 int8 kernel's (numbers in docs/fast-path.md). The output is not the weight-only
+than the bf16 int8 kernel's (numbers in docs/design/fast-path.md). The output is not the weight-only
 int8 target's: `w8a8` is a model of its own, whose steps and verifications agree bitwise
 (a row of a T-token product is the one-token product; `reference` computes the same bits).
 

@@ -2,7 +2,7 @@
 
 Everything above the core (policies, backends, drafters) satisfies one of these protocols,
 so the loop never imports a concrete policy, model adapter or draft source. See
-docs/architecture.md for the layers and the path of a token through a round.
+docs/design/architecture.md for the layers and the path of a token through a round.
 
 - `ModelAdapter`: a model behind a cache that can roll back (backends/).
 - `LookaheadPolicy`: plans each round and learns from it (policies/); its `Stopper` decides,

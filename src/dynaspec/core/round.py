@@ -8,7 +8,7 @@
 
 Each is built once and never changed; nothing of a round lives on after it except in the
 `Round` record (the policy learns from it, the stats keep it, the instruments read it). The
-words are those of the glossary in docs/architecture.md ("Glossary").
+words are those of the glossary in docs/design/architecture.md ("Glossary").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A draft model as a draft source: it proposes tokens one forward at a time.
 
-The draft's cache follows the same invariant as the target's (see docs/architecture.md):
+The draft's cache follows the same invariant as the target's (see docs/design/architecture.md):
 it holds committed tokens only, and may lag behind after rounds without drafting; it then
 catches up by being fed every committed token it has not seen in its first forward. A
 guess (a lookup continuation, `DraftPlan.guess`) rides on that forward: its rows draft the

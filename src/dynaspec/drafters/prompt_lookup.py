@@ -14,7 +14,7 @@ dynaspec takes the one whose tokens before it agree furthest back with the newes
 the wrong place (the instruction, another line of a list): on the target's own outputs of 28
 grounded prompts a first copied token at an agreement of 2-3 was right 70% of the time from
 the longest occurrence and 52% from the leftmost, so the agreement, by which the copy rule
-prices a copy, says more (docs/adaptive.md, "Which occurrence"). The output is the target's
+prices a copy, says more (docs/design/adaptive.md, "Which occurrence"). The output is the target's
 either way.
 
 A copied token is not drawn from a distribution, so for speculative sampling its proposal

@@ -15,7 +15,7 @@ one untimed warm-up each; the order of the methods turns from prompt to prompt. 
     eager-target           with --static: dynaspec, the transformers target alone
 
 With `--static` dynaspec's methods run on the static target and draft (float32 or bf16
-weights prepacked for oneDNN, docs/fast-path.md; `--draft-quantize int8` the draft's in
+weights prepacked for oneDNN, docs/design/fast-path.md; `--draft-quantize int8` the draft's in
 int8), the target's own output; transformers' on the transformers models, as its users run
 them.
 

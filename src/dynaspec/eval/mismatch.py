@@ -1,6 +1,6 @@
 """Why a greedy output left the target-alone output: a numerical tie or a bug.
 
-docs/architecture.md ("Lossless in bf16: ties"): a forward over several tokens and a forward
+docs/design/architecture.md ("Lossless in bf16: ties"): a forward over several tokens and a forward
 over one can differ in the last bit, and at a tie of the target's top two logits the argmax
 flips. One target forward over the prompt and the common prefix gives the logits at the
 first differing position; if both differing tokens lie within a few steps of the dtype (its

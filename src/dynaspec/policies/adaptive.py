@@ -14,7 +14,7 @@ and a lagging draft is fed its catch-up (C target steps) only when the tokens le
 s the share of the tokens so far that no accepted copied token gave (1 without prompt
 lookup): the tokens a draft would have to give.
 
-The derivation (renewal-reward), the priors and the assumptions: docs/adaptive.md. The
+The derivation (renewal-reward), the priors and the assumptions: docs/design/adaptive.md. The
 policy combines named parts: a cost model (costs.py), a calibration (calibration.py), the
 running rate, probers (prober.py), and with prompt lookup the copied tokens' acceptance
 (lookup_acceptance.py) and the choice of sources (source_plan.py).

@@ -1,5 +1,5 @@
 """The adaptive rule for a batch: one set of estimates for all rows, one decision for the
-batch's forwards (docs/adaptive.md, "Batches").
+batch's forwards (docs/design/adaptive.md, "Batches").
 
 A batch round costs what its batched forwards cost, whichever rows use them: c per draft
 forward (one per drafted position, for every drafting row at once) and V_B(W) for the

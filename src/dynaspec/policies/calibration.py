@@ -1,5 +1,5 @@
 """The draft model's calibration: the probability that a drafted token is accepted, from the
-draft's confidence in it, learned from finished rounds (docs/adaptive.md ("Estimates"))."""
+draft's confidence in it, learned from finished rounds (docs/design/adaptive.md ("Estimates"))."""
 
 from __future__ import annotations
 

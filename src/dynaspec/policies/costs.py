@@ -1,5 +1,5 @@
 """What drafting and verifying cost on this machine, measured online, in target steps
-(docs/adaptive.md ("Estimates")): medians over a window of recent rounds (a median ignores
+(docs/design/adaptive.md ("Estimates")): medians over a window of recent rounds (a median ignores
 the occasional slow step), and V(n) as a least-squares line through the per-n medians.
 
 c is the cost of a draft per *target* token it proposes: a draft forward's cost over the

@@ -3,9 +3,9 @@
 b(a) = P(a copied token is accepted | its source agrees with the text on the a tokens before
 it); for the j-th token (0-based) of a copy whose match agreed on ell tokens, a = ell + j.
 Counted per power-of-two bucket of a behind an optimistic prior, made non-decreasing in a,
-with a prober for when the rule keeps declining: docs/adaptive.md ("Copied tokens'
+with a prober for when the rule keeps declining: docs/design/adaptive.md ("Copied tokens'
 acceptance"). Also the share of the tokens that no accepted copied token gave, which a
-draft's start is repaid by (docs/adaptive.md, "Which source first").
+draft's start is repaid by (docs/design/adaptive.md, "Which source first").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class LookupPrior:
     # From this agreement on, the prior is raised to the draft model's continuation rate
     # (a_c) where that is higher: a copy of a long match and a draft that runs on both say
     # the text goes on as it has, and a long bucket, untried while the running draft wins,
-    # would otherwise never learn (docs/adaptive.md, "Copied tokens' acceptance").
+    # would otherwise never learn (docs/design/adaptive.md, "Copied tokens' acceptance").
     borrow_from: int = 8
     probe_interval: int = 8  # declined matches before a probe copies one token anyway
     max_probe_interval: int = 128  # probes back off (doubling) up to this interval

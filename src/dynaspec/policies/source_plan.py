@@ -14,7 +14,7 @@ that has not run yet is charged its start there (its prefill: a copy lets it wai
 text that copies well it may never be needed). Where the model drafts, the continuation's
 next tokens are fed to it as a guess of its own (`_guess_length`). Where a running draft
 of the target's vocabulary can, it checks a copy of a short agreement instead of the copy
-being sent (`_checks`). The derivation and its assumptions: docs/adaptive.md ("Prompt
+being sent (`_checks`). The derivation and its assumptions: docs/design/adaptive.md ("Prompt
 lookup").
 """
 
@@ -74,7 +74,7 @@ def _checks(policy: AdaptivePolicy, options: DraftOptions) -> bool:
     copied tokens it agrees with without stopping and on after them by its own rule, and a
     copied token it would not draft is never verified. Where the target paraphrases what it
     quotes, a short match's first token is wrong about as often as right, and the draft's
-    token there is the better guess (docs/adaptive.md, "A copy the draft checks")."""
+    token there is the better guess (docs/design/adaptive.md, "A copy the draft checks")."""
     return options.checks and options.started and options.agreement < policy.config.check_below
 
 

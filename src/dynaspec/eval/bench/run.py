@@ -20,7 +20,7 @@ How a run goes
    and transformers; the 1-minute load average before each call is recorded.
 4. Every output is compared token for token with the target-alone output. A difference is
    reported on stderr (after the prompt's last method) and classified
-   (``dynaspec.eval.mismatch``; docs/architecture.md ("Lossless in bf16: ties")): one target
+   (``dynaspec.eval.mismatch``; docs/design/architecture.md ("Lossless in bf16: ties")): one target
    forward over the common prefix; if both differing tokens lie within ``--tie-steps`` steps
    of the dtype (its eps x 2**floor(log2|top|)) of the top logit, it is a numerical ``tie``,
    anything else a ``BUG``.

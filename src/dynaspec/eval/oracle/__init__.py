@@ -1,6 +1,6 @@
 """`dynaspec oracle`: how long the draft stays right, round by round, on real text.
 
-The *oracle lookahead* of a speculative round (docs/architecture.md ("The oracle
+The *oracle lookahead* of a speculative round (docs/design/architecture.md ("The oracle
 lookahead")) is the number of tokens the draft proposes before its first disagreement with
 the target, plus one: the *agreeing run* r, then the first wrong token, which the target
 replaces with its own. A policy that knew r in advance would draft exactly r + 1 tokens

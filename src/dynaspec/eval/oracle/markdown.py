@@ -74,8 +74,8 @@ def _preamble(config: dict[str, Any]) -> list[str]:
         "## Definitions",
         "",
         "- **Oracle lookahead** L of a round: the tokens the draft proposes before its first "
-        "disagreement with the target, plus one (docs/architecture.md#the-oracle-lookahead); "
-        "the **agreeing run** "
+        "disagreement with the target, plus one "
+        "(docs/design/architecture.md#the-oracle-lookahead); the **agreeing run** "
         "r = L - 1 is what the target accepts of them. Measured by decoding with "
         "`OraclePolicy(reference)` through the library's own loop, where the reference is "
         "the target's greedy output.",

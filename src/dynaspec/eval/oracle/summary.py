@@ -4,7 +4,7 @@ Definitions used everywhere below (see dynaspec.eval.oracle for how rounds are m
 
 - agreeing run r of an oracle round: drafted tokens the target accepted before the draft's
   first wrong token;
-- oracle lookahead L = r + 1 (docs/architecture.md ("The oracle lookahead")): the tokens
+- oracle lookahead L = r + 1 (docs/design/architecture.md ("The oracle lookahead")): the tokens
   the oracle policy drafts;
 - censored round: drafting stopped before the first wrong token was seen (cut by
   max_new_tokens, EOS or the oracle's cap; at most about one per prompt, its last round):
