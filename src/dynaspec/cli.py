@@ -277,7 +277,9 @@ def _check_prompts_file(
 
 def describe_run(args: argparse.Namespace) -> str:
     """The first line of output: the models, whether a draft runs, the schedule, the dtype."""
-    dtype = dtype_choice(args.dtype, pair=args.pair if args.target is None else None)
+    device = getattr(args, "device", None)
+    pair = args.pair if args.target is None else None
+    dtype = dtype_choice(args.dtype, pair=pair, device=device)
     if args.dtype is not None:
         dtype = DtypeChoice(dtype.dtype, f"--dtype {args.dtype}")
     if args.target is None:
@@ -290,7 +292,8 @@ def describe_run(args: argparse.Namespace) -> str:
         how = "the target runs alone: no --draft given (add --draft to decode speculatively)"
     else:
         how = f"speculative, schedule {args.schedule}"
-    return f"dynaspec: {models}; {how}; dtype {dtype.line()}" + describe_fast(args)
+    where = f"; device {device}" if device is not None else ""
+    return f"dynaspec: {models}; {how}{where}; dtype {dtype.line()}" + describe_fast(args)
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -28,6 +28,16 @@ class InputError(DynaspecError, ValueError):
     """The prompt cannot be decoded as given (empty, batch > 1, too long)."""
 
 
+class DeviceNotAvailableError(ConfigError):
+    """The device asked for is not on this machine (no CUDA GPU, a CPU-only build of torch,
+    fewer GPUs than the index); the message names the device to use instead."""
+
+
+class CpuOnlyOptionError(ConfigError):
+    """An option that runs on CPU kernels only (dynaspec's integer kernels, oneDNN, llama.cpp)
+    was asked for models on another device; the message names the option to drop."""
+
+
 class IncompatibleModelsError(DynaspecError, ValueError):
     """Draft and target cannot be paired (vocabulary, tokenizer or architecture kind)."""
 

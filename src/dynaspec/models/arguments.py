@@ -1,7 +1,7 @@
 """The command line's model flags and checked argument types (generate, bench, oracle).
 
 The flags every subcommand shares are defined here once: --pair, --target, --draft,
---dtype, --threads, and the fast path's --static, --compile, --quantize, --draft-quantize,
+--device, --dtype, --threads, and the fast path's --static, --compile, --quantize, --draft-quantize,
 with the checks of how they combine. Each type checks one value as argparse reads it, so a
 bad value stops the command with argparse's usage message and exit code 2 before any model
 loads, and the message names the flag (argparse prefixes "argument --threads: ") and the
@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dynaspec.errors import ConfigError
+from dynaspec.errors import ConfigError, DynaspecError
+from dynaspec.models.devices import (
+    check_cpu_only_options,
+    device_name,
+    is_cpu,
+    resolve_device,
+)
 from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.presets import DEFAULT_PAIR, pair_presets
 
@@ -108,13 +114,19 @@ def add_model_arguments(
     threads: str = "",
     help: ModelFlagsHelp | None = None,
 ) -> None:
-    """--pair / --target / --draft / --dtype / --threads. --pair defaults to None here:
-    `check_model_arguments` (or the subcommand) fills in the default pair. `float32_case`
+    """--pair / --target / --draft / --device / --dtype / --threads. --pair defaults to None
+    here: `check_model_arguments` (or the subcommand) fills in the default pair. `float32_case`
     and `threads` as in `add_dtype_and_threads`; `help` words the model flags."""
     help = help or ModelFlagsHelp()
     add_pair_argument(parser, help=help.pair)
     parser.add_argument("--target", help=help.target)
     parser.add_argument("--draft", help=help.draft)
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        default=None,
+        help="where the models run: cpu, cuda or cuda:N (default: cpu)",
+    )
     add_dtype_and_threads(parser, float32_case=float32_case, threads=threads)
 
 
@@ -127,6 +139,27 @@ def check_model_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error("--draft needs --target (a --pair brings its own draft)")
     if args.pair is None and args.target is None:
         args.pair = DEFAULT_PAIR
+    check_device_arguments(parser, args)
+
+
+def check_device_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--device names a device this machine has (else one line naming the fix, exit 2) and
+    no CPU-only fast-path flag goes with a GPU (argparse's error, exit 2)."""
+    device = getattr(args, "device", None)
+    try:
+        resolve_device(device)
+    except DynaspecError as error:
+        parser.exit(2, f"{parser.prog}: error: {error.for_cli()}\n")
+    draft_quantize = getattr(args, "draft_quantize", None)
+    try:
+        check_cpu_only_options(
+            device,
+            quantize=getattr(args, "quantize", None),
+            draft_quantize=None if draft_quantize == "none" else draft_quantize,
+            draft_engine=getattr(args, "draft_engine", "torch"),
+        )
+    except DynaspecError as error:
+        parser.error(error.for_cli())
 
 
 def add_fast_arguments(parser: ArgumentTarget) -> None:
@@ -202,7 +235,7 @@ def auto_draft_quantize(args: argparse.Namespace) -> bool:
     given = fast_options(args)  # --draft-quantize and --draft-engine only where given
     explicit = any(given.values()) or "draft_quantize" in given or getattr(args, "no_draft", False)
     preset = args.target is None and args.draft is None and args.pair != TINY_PAIR
-    if explicit or not preset:
+    if explicit or not preset or not is_cpu(getattr(args, "device", None)):
         return False
     import torch
 
@@ -332,6 +365,7 @@ def load_named_from_arguments(args: argparse.Namespace, **fast: Any) -> Any:
         draft=args.draft,
         dtype=args.dtype,
         threads=args.threads,
+        device=getattr(args, "device", None),
         with_draft=not getattr(args, "no_draft", False),
         other_tokenizer=getattr(args, "cross_tokenizer", False),
         **fast,

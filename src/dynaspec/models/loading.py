@@ -28,7 +28,13 @@ from dynaspec.errors import (
 )
 from dynaspec.models import cache as model_cache
 from dynaspec.models import memory
-from dynaspec.models.devices import DeviceArg, resolve_device
+from dynaspec.models.compatibility import (  # noqa: F401 (check_pair_compatible: API)
+    _check_logit_widths,
+    _check_tokenizers,
+    _logit_width,
+    check_pair_compatible,
+)
+from dynaspec.models.devices import DeviceArg, check_cpu_only_options, resolve_device
 from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
     AUTO,
     DEFAULT_DTYPE,
@@ -52,9 +58,7 @@ from dynaspec.models.quiet import no_progress_bars
 from dynaspec.models.report import models_report  # noqa: F401 (the CLI's `dynaspec models`)
 from dynaspec.models.vocab import (
     check_gguf_pair,
-    check_same_vocabulary,
     gguf_source,
-    tokenizer_vocabulary,
 )
 
 if TYPE_CHECKING:
@@ -65,14 +69,8 @@ if TYPE_CHECKING:
 DTypeArg = str | torch.dtype | None
 CacheDirArg = str | os.PathLike[str] | None
 
-# Text whose tokenization both tokenizers of a pair must agree on (code, prose, unicode).
 # load_pair's default draft_quantize: quantize the draft as the target.
 SAME_AS_TARGET = SAME  # draft_quantize: as the target's quantize
-
-_TOKENIZER_PROBE = (
-    "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + "
-    "fibonacci(n - 2)  # naïve ✓\n\nThe quick brown fox – 42 € – 東京 🚀\t<tag/>"
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -290,67 +288,6 @@ def _load_from_hub(
         ) from error
 
 
-def check_pair_compatible(
-    target: PreTrainedModel,
-    draft: PreTrainedModel,
-    target_tokenizer: PreTrainedTokenizerBase,
-    draft_tokenizer: PreTrainedTokenizerBase,
-) -> None:
-    """Raise IncompatibleModelsError unless draft and target share tokens and logit width.
-
-    Checks: identical vocabularies (the same token for every id), identical tokenization
-    of a probe text, equal eos id, and equal number of lm_head rows (the logits' last
-    dimension).
-    """
-    _check_tokenizers(target_tokenizer, draft_tokenizer)
-    _check_logit_widths(_logit_width(target), _logit_width(draft))
-
-
-def _check_tokenizers(
-    target_tokenizer: PreTrainedTokenizerBase,
-    draft_tokenizer: PreTrainedTokenizerBase,
-    names: tuple[str, str] | None = None,
-    *,
-    same_eos: bool = True,
-) -> None:
-    """The vocabularies and the split of a probe text must agree; with `same_eos` the eos
-    ids too. `names`: (target, draft) as the caller gave them, for the message."""
-    target_name, draft_name = names or (None, None)
-    check_same_vocabulary(
-        tokenizer_vocabulary(target_tokenizer),
-        tokenizer_vocabulary(draft_tokenizer),
-        target_name=target_name,
-        draft_name=draft_name,
-    )
-    target_ids = target_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
-    draft_ids = draft_tokenizer.encode(_TOKENIZER_PROBE, add_special_tokens=False)
-    if target_ids != draft_ids:
-        raise IncompatibleModelsError(
-            "draft and target tokenizers have the same vocabulary but split text differently "
-            "(different merges or pre-tokenizer): pick a draft with the target's tokenizer"
-        )
-    if same_eos and target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
-        raise IncompatibleModelsError(
-            f"draft eos id {draft_tokenizer.eos_token_id} != target eos id "
-            f"{target_tokenizer.eos_token_id}: pick a draft with the target's tokenizer"
-        )
-
-
-def _check_logit_widths(target_rows: int, draft_rows: int) -> None:
-    if target_rows != draft_rows:
-        raise IncompatibleModelsError(
-            f"draft vocabulary {draft_rows} != target vocabulary {target_rows} (lm_head rows): "
-            "the logits must have the same width; pick a draft with the target's vocabulary"
-        )
-
-
-def _logit_width(model: PreTrainedModel) -> int:
-    head = model.get_output_embeddings()
-    if head is None:
-        return int(model.config.vocab_size)
-    return int(head.weight.shape[0])
-
-
 def load_pair(
     name: str | None = None,
     *,
@@ -376,6 +313,9 @@ def load_pair(
     draft_device = device if draft_device is None else draft_device
     resolve_device(device)
     resolve_device(draft_device)
+    check_cpu_only_options(device, quantize=quantize)
+    if draft_quantize != SAME_AS_TARGET:
+        check_cpu_only_options(draft_device, draft_quantize=draft_quantize)
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
@@ -460,6 +400,7 @@ def load_model_set(
     dtype: str | None = None,
     threads: int | None = None,
     tiny: TinyPairConfig | None = None,
+    device: DeviceArg = None,
     static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
@@ -477,6 +418,7 @@ def load_model_set(
     the tiny pair (see dtype_choice()).
     threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
     models are all per-op overhead: one thread is fastest).
+    device: where both models run, as in load_pair (CPU-only options: CpuOnlyOptionError).
     static, compile, quantize, draft_quantize: the fast path, as in load_pair.
     with_draft=False: the draft is neither loaded nor returned (None), e.g. for --no-draft.
     other_tokenizer: a named `draft` of another family keeps its own tokenizer
@@ -486,9 +428,10 @@ def load_model_set(
     """
     if draft_engine not in ("torch", "llamacpp"):
         raise ConfigError(f"unknown draft_engine {draft_engine!r}: choose 'torch' or 'llamacpp'")
+    _check_device(device, quantize, (draft_quantize, draft_engine) if with_draft else None)
     if draft_engine == "llamacpp" and with_draft:
         gguf = llamacpp_gguf(pair, target, draft, draft_quantize, other_tokenizer)
-        options = {"static": static, "compile": compile, "quantize": quantize}
+        options = {"static": static, "compile": compile, "quantize": quantize, "device": device}
         alone = load_model_set(
             pair, target=target, dtype=dtype, threads=threads, with_draft=False, **options
         )
@@ -498,20 +441,18 @@ def load_model_set(
     fast = {"static": static, "compile": compile, "quantize": quantize}
     draft_fast = {**fast, "quantize": draft_quantize, "draft": True}
     if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
-        from dynaspec.models.tiny import tiny_pair
-
         set_threads(threads or 1)
-        target_model, draft_model, tokenizer = tiny_pair(tiny)
-        if dtype is not None:
-            torch_dtype = resolve_dtype(dtype, auto_means=torch.float32)
-            target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
-        draft_model = make_fast(draft_model, **draft_fast, release=True) if with_draft else None
-        return NamedModels(make_fast(target_model, **fast, release=True), draft_model, tokenizer)
+        return _tiny_models(tiny, dtype, device, fast, draft_fast if with_draft else None)
     if target is None and not with_draft:
         target = get_pair_preset(default_pair_name() if pair is None else pair).target
     if target is None:
         loaded = load_pair(
-            pair, dtype=dtype, threads=threads, **fast, draft_quantize=draft_quantize
+            pair,
+            dtype=dtype,
+            threads=threads,
+            device=device,
+            **fast,
+            draft_quantize=draft_quantize,
         )
         return NamedModels(loaded.target, loaded.draft, loaded.tokenizer)
     return _load_named_models(
@@ -519,10 +460,44 @@ def load_model_set(
         draft if with_draft else None,
         dtype=dtype,
         threads=threads,
+        device=device,
         fast=fast,
         draft_fast=draft_fast,
         other_tokenizer=other_tokenizer,
     )
+
+
+def _check_device(
+    device: DeviceArg, quantize: str | None, draft: tuple[str | None, str] | None
+) -> None:
+    """Before anything loads: `device` is on this machine, and no CPU-only option (the
+    integer quantizations, llama.cpp's draft) goes with a GPU. `draft`: the draft's
+    (draft_quantize, draft_engine), None without a draft."""
+    resolve_device(device)
+    draft_quantize, engine = draft or (None, "torch")
+    asked = None if draft_quantize == SAME_AS_TARGET else draft_quantize
+    check_cpu_only_options(device, quantize=quantize, draft_quantize=asked, draft_engine=engine)
+
+
+def _tiny_models(
+    tiny: TinyPairConfig | None,
+    dtype: str | None,
+    device: DeviceArg,
+    fast: dict[str, Any],
+    draft_fast: dict[str, Any] | None,
+) -> NamedModels:
+    """The built-in random pair in `dtype` (None: float32) on `device`; no draft without
+    `draft_fast`."""
+    from dynaspec.models.tiny import tiny_pair
+
+    target_model, draft_model, tokenizer = tiny_pair(tiny)
+    if dtype is not None:
+        torch_dtype = resolve_dtype(dtype, auto_means=torch.float32, device=device)
+        target_model, draft_model = target_model.to(torch_dtype), draft_model.to(torch_dtype)
+    if device is not None:
+        target_model, draft_model = target_model.to(device), draft_model.to(device)
+    fast_draft = None if draft_fast is None else make_fast(draft_model, **draft_fast, release=True)
+    return NamedModels(make_fast(target_model, **fast, release=True), fast_draft, tokenizer)
 
 
 def _load_named_models(
@@ -531,6 +506,7 @@ def _load_named_models(
     *,
     dtype: str | None,
     threads: int | None,
+    device: DeviceArg = None,
     fast: dict[str, Any],
     draft_fast: dict[str, Any],
     other_tokenizer: bool,
@@ -540,12 +516,14 @@ def _load_named_models(
     (`draft_tokenizer`, for generate()'s assistant_tokenizer=: drafts through text)."""
     names = (os.fspath(target), os.fspath(draft or ""))
     if draft is not None and not other_tokenizer:  # two GGUFs: their headers, first
-        sources = [gguf_source(name, _gguf_dtype(dtype)) for name in (target, draft)]
+        sources = [gguf_source(name, _gguf_dtype(dtype, device)) for name in (target, draft)]
         check_gguf_pair(*sources, target_name=names[0], draft_name=names[1])
-    target_model, tokenizer = load_model(target, dtype=dtype, threads=threads, **fast)
+    target_model, tokenizer = load_model(
+        target, dtype=dtype, threads=threads, device=device, **fast
+    )
     if draft is None:
         return NamedModels(target_model, None, tokenizer)
-    draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads)
+    draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads, device=device)
     own: PreTrainedTokenizerBase | None = None
     try:
         # eos ids may differ (an instruct target, a base draft): the vocabularies may not
@@ -575,14 +553,17 @@ def _fast_draft(model: PreTrainedModel, options: dict[str, Any], name: str) -> A
         return model
 
 
-def dtype_choice(dtype: str | None, *, pair: str | None = None) -> DtypeChoice:
-    """The dtype load_models(pair, dtype=dtype) loads in, and why, without loading anything.
+def dtype_choice(
+    dtype: str | None, *, pair: str | None = None, device: DeviceArg = None
+) -> DtypeChoice:
+    """The dtype load_models(pair, dtype=dtype, device=device) loads in, and why, without
+    loading anything.
 
     For "auto" the dtype is that of a GGUF preset (float32); a folder's own may differ.
     """
     if dtype is None and (pair or "").strip().lower() == "tiny":
         return DtypeChoice(torch.float32, "the built-in tiny pair is float32")
-    choice = choose_dtype(dtype)
+    choice = choose_dtype(dtype, "cpu" if device is None else device)
     return DtypeChoice(torch.float32, choice.reason) if choice.dtype == AUTO else choice
 
 

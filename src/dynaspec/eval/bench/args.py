@@ -11,6 +11,7 @@ from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.models.arguments import (
     ModelFlagsHelp,
     add_model_arguments,
+    check_device_arguments,
     float_in,
     int_at_least,
 )
@@ -104,6 +105,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "(outputs of their own, compared with their own target alone); default all but those)",
     )
     run.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    parser.set_defaults(check=lambda args: check_device_arguments(parser, args))
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--out",

@@ -84,8 +84,11 @@ def run_metadata(
             "dtype": dtype,
             # why that dtype: the machine's rule, --dtype, or the tiny pair's float32
             "dtype_reason": dtype_choice(
-                getattr(args, "dtype", None), pair="tiny" if label in ("smoke", "tiny") else label
+                getattr(args, "dtype", None),
+                pair="tiny" if label in ("smoke", "tiny") else label,
+                device=getattr(args, "device", None),
             ).reason,
+            "device": str(next(target.parameters()).device),
             "num_prompts": num_prompts,
             "warmup_tokens": WARMUP_TOKENS,
             "arguments": arguments,

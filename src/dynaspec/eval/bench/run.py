@@ -353,7 +353,12 @@ def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any
     """(label, target name, draft name, target, draft, tokenizer)."""
     pair = "tiny" if args.smoke else args.pair
     target, draft, tokenizer = load_models(
-        pair, target=args.target, draft=args.draft, dtype=args.dtype, threads=args.threads
+        pair,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        device=getattr(args, "device", None),
     )
     if args.target:
         label = f"{_short_name(args.target)}+{_short_name(args.draft)}"
