@@ -254,11 +254,13 @@ def test_pooled_accepted_and_mismatch_counts():
     assert report.format_mismatches(counts["a"]) == "2 (1 tie, 1 BUG)"
 
 
-COMMITTED = sorted(Path(__file__).resolve().parents[1].glob("benchmarks/*/results.jsonl"))
 GOLDEN = Path(__file__).with_name("golden")
+COMMITTED = sorted(
+    [*GOLDEN.parent.parent.glob("benchmarks/**/results.jsonl"), *GOLDEN.glob("bench-*.jsonl")]
+)
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.parent.name)
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_committed_records_load_and_write_back_the_same_json(path):
     """Typed records write the JSON the untyped ones did, older records included."""
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -271,9 +273,10 @@ def test_committed_records_load_and_write_back_the_same_json(path):
 )
 def test_committed_run_renders_the_golden_tables(name):
     """The tables of a committed run, byte for byte as the untyped report rendered them
-    (tests/golden: render_markdown of commit 141d887, no plots; since, speedups in tokens per
+    (tests/golden: the records of benchmarks/NAME until 2026-12-07, and render_markdown of
+    commit 141d887, no plots; since, speedups in tokens per
     second: llama.cpp's, whose text is not the target's, moved)."""
-    records = load_records(GOLDEN.parents[1] / "benchmarks" / name / "results.jsonl")
+    records = load_records(GOLDEN / f"bench-{name}.jsonl")
     expected = (GOLDEN / f"bench-{name}.md").read_text(encoding="utf-8")
     assert render_markdown(records) == expected
 

@@ -7,7 +7,7 @@ torch 2.13.0), summed over Qwen2.5-Coder-1.5B's linear shapes, row counts of 256
 are not multiples of 4 cost 1.05x their neighbouring multiples of 16 per row on average and
 up to 1.44x, multiples of 4 1.00x (at most 1.15x); a whole forward of the 1.5B model over
 365 tokens took 3.09 s, over 366 tokens 2.76 s, over 407 4.13 s and over 408 3.06 s
-(benchmarks/prefill-rows-avx512-2026-12-06). Below about 256 rows, in float32 (MKL's
+(prefill-rows-avx512-2026-12-06, benchmarks/HISTORY.md). Below about 256 rows, in float32 (MKL's
 product) and with the static path's prepacked weights (backends/static.py: within a few
 percent either way) no such pattern shows. A forward over n >= MIN_PADDED_ROWS tokens (a
 prompt's prefill, a draft's catch-up) therefore feeds up to 3 copies of its last token after

@@ -98,7 +98,7 @@ INT4_GROUP_SIZES = (128, 64, 32)
 # bits (a q6_K layer of a q4_K_M GGUF, its head), while those of a q4_K layer come back
 # exactly (about 7e-4: float16 scales). Measured on Qwen2.5-Coder-1.5B (from its q4_K_M
 # GGUF), top-1 agreement with the float32 model over 1,280 teacher-forced positions
-# (benchmarks/int4-kernel-avx2-2026-12-02/quality.py): this rule (29 of 197 layers in
+# (quality.py of int4-kernel-avx2-2026-12-02, benchmarks/HISTORY.md): this rule (29 of 197 layers in
 # int8) 0.993, int8 everywhere 0.988, llama.cpp on the GGUF itself 0.981; every layer in 4
 # bits 0.940 (an earlier run, docs/design/fast-path.md).
 INT4_TOLERANCE = 0.01

@@ -13,7 +13,7 @@ the output), so its one-token forwards run each layer in fewer calls, on the sam
 - queries and keys rotated together (one roll, one multiply-add); the norms in torch's
   fused `rms_norm`, in bf16.
 
-Measured (benchmarks/draft-step-avx512-2026-12-06): 15.7 -> 11.3 ms a drafted token. Its
+Measured (draft-step-avx512-2026-12-06, benchmarks/HISTORY.md): 15.7 -> 11.3 ms a drafted token. Its
 logits differ from the layer-by-layer forward's by rounding only (cosine 0.996-0.999 on the
 real draft). `build` returns None where it does not apply: a layer not on the w4a8 kernel, no
 bf16 attention kernel, an activation other than SiLU, a norm that is not an RMSNorm.

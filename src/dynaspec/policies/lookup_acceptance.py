@@ -25,8 +25,9 @@ class LookupPrior:
 
     # Prior acceptance of a copied token per agreement bucket (1, 2-3, 4-7, 8+). Measured
     # on the committed bench's prompts (offline, every position of the target's own output
-    # of benchmarks/qwen2.5-coder-lookup-n3-2026-11-30, 4 tasks): 0.23, 0.47, 0.77, 0.97-0.99,
-    # from 0.15 / 0.23 (open-ended) to 0.48 / 0.68 (summarization) for the first two.
+    # of qwen2.5-coder-lookup-n3-2026-11-30, benchmarks/HISTORY.md; 4 tasks): 0.23, 0.47,
+    # 0.77, 0.97-0.99, from 0.15 / 0.23 (open-ended) to 0.48 / 0.68 (summarization) for the
+    # first two.
     # Long agreements are held at 0.9, short ones are not trusted before they are seen to pay.
     acceptance: tuple[float, ...] = (0.25, 0.45, 0.75, 0.9, 0.9, 0.9, 0.9)
     weight: float = 2.0  # pseudo-observations behind each prior

@@ -109,7 +109,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--out",
-        help="output folder (default: benchmarks/<pair>-<date>; with --smoke a new "
+        help="output folder (default: benchmarks/speed/<pair>-<date>, with --batch "
+        "benchmarks/batch/<pair>-<date>; with --smoke a new "
         "temporary folder, named on the first line)",
     )
 

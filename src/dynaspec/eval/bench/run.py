@@ -133,7 +133,7 @@ def run_bench(args: argparse.Namespace) -> int:
     load_time = perf_counter() - load_start
     prompts = _render_prompts(args, texts, tokenizer)
     date = _dt.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out) if args.out else _default_out_dir(label, date, smoke=args.smoke)
+    out_dir = Path(args.out) if args.out else _default_out_dir("speed", label, date, smoke=args.smoke)
     out_dir.mkdir(parents=True, exist_ok=True)
     command = provenance.command_line() or equivalent_command(args)
     run_info = run_metadata(
@@ -309,7 +309,7 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
         SMOKE_MAX_NEW_TOKENS if args.smoke else DEFAULT_MAX_NEW_TOKENS
     )
     date = _dt.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out) if args.out else _default_out_dir(f"{label}-batch", date)
+    out_dir = Path(args.out) if args.out else _default_out_dir("batch", label, date)
     out_dir.mkdir(parents=True, exist_ok=True)
     command = provenance.command_line() or equivalent_command(args)
     run = {
@@ -317,6 +317,7 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
         "target": target_name,
         "draft": draft_name,
         "command": command,
+        "started_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "dtype": str(next(target.parameters()).dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "max_new_tokens": max_new,
@@ -509,17 +510,18 @@ def _pad_id(target: Any, tokenizer: Any) -> int | None:
     return pad_token_id(target, tokenizer=tokenizer, eos_token_ids=eos)
 
 
-def _default_out_dir(label: str, date: str, *, smoke: bool = False) -> Path:
-    """benchmarks/<label>-<date> (a time added when taken); a new temporary folder for a
-    smoke run, which checks the code and measures nothing worth keeping in the work tree."""
+def _default_out_dir(suite: str, label: str, date: str, *, smoke: bool = False) -> Path:
+    """benchmarks/<suite>/<label>-<date> (a time added when taken; benchmarks/README.md: a
+    suite's folders, which `dynaspec results` reads); a new temporary folder for a smoke run,
+    which checks the code and measures nothing worth keeping in the work tree."""
     if smoke:
         return Path(tempfile.mkdtemp(prefix=f"dynaspec-smoke-{date}-"))
     safe = "".join(ch if ch.isalnum() or ch in "._+-" else "-" for ch in label)
-    base = Path("benchmarks") / f"{safe}-{date}"
-    if not (base / "results.jsonl").exists():
+    base = Path("benchmarks") / suite / f"{safe}-{date}"
+    if not any(base.glob("*.jsonl")):
         return base
     stamp = _dt.datetime.now().strftime("%H%M%S")
-    return Path("benchmarks") / f"{safe}-{date}-{stamp}"
+    return Path("benchmarks") / suite / f"{safe}-{date}-{stamp}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
