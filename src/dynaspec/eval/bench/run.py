@@ -133,7 +133,9 @@ def run_bench(args: argparse.Namespace) -> int:
     load_time = perf_counter() - load_start
     prompts = _render_prompts(args, texts, tokenizer)
     date = _dt.datetime.now().strftime("%Y-%m-%d")
-    out_dir = Path(args.out) if args.out else _default_out_dir("speed", label, date, smoke=args.smoke)
+    out_dir = (
+        Path(args.out) if args.out else _default_out_dir("speed", label, date, smoke=args.smoke)
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     command = provenance.command_line() or equivalent_command(args)
     run_info = run_metadata(
