@@ -56,3 +56,21 @@ def test_one_default_schedule_everywhere() -> None:
     assert args.schedule == DEFAULT_SCHEDULE
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"| `{DEFAULT_SCHEDULE}` (default) |" in readme
+
+
+HARDWARE_BLOCK = re.compile(r"<!-- results:hardware -->\n(.*?)<!-- /results:hardware -->", re.S)
+
+
+def test_the_readme_is_a_short_guide_with_the_hardware_table_first() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme) <= 12_000
+    block = HARDWARE_BLOCK.search(readme)
+    assert block is not None and block.end() <= 4_000
+    rows = [line for line in block[1].splitlines() if line.startswith("| ")]
+    for machine in ("AVX2", "AVX512-BF16", "CUDA"):
+        assert any(machine in row for row in rows[1:]), machine
+
+
+def test_the_readme_has_no_dates_outside_the_generated_block() -> None:
+    readme = HARDWARE_BLOCK.sub("", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", readme)
