@@ -14,7 +14,8 @@ from test_guess import VOCAB_SIZE, draft_once, hybrid_rounds, own_draft
 from test_sampling import PROMPT, assert_follows_target, exact_distribution, scripted_pair
 from tiny_models import ARCHITECTURES
 
-from dynaspec.core.config import LimitsConfig, SamplingConfig
+from dynaspec.compat.records import SamplingConfig
+from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.round import DraftOptions, DraftPlan, StopReason
 from dynaspec.core.sampling import TokenSampler

@@ -15,7 +15,7 @@ from tiny_models import CUDA, hf_greedy, noisy_copy, random_prompts, tiny_model
 
 import dynaspec
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.core.config import SamplingConfig
+from dynaspec.compat.records import SamplingConfig
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.errors import ConfigError
 from dynaspec.models import loading

@@ -31,9 +31,9 @@ from transformers import (
 
 import dynaspec
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.core.config import SamplingConfig
+from dynaspec.compat.records import SamplingConfig
+from dynaspec.compat.validation import check_lengths
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.validation import check_lengths
 from dynaspec.errors import IncompatibleModelsError, InputError, UnsupportedModelError
 
 VOCAB = 40

@@ -15,7 +15,7 @@ from tiny_models import ARCHITECTURES, hf_greedy, noisy_copy, tiny_model
 
 import dynaspec
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.core.config import SamplingConfig
+from dynaspec.compat.records import SamplingConfig
 from dynaspec.core.protocols import LookaheadPolicy, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler

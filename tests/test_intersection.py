@@ -33,7 +33,8 @@ from test_sampling import ALPHA, TARGET_PROBS, chi_square_pvalue, processed
 from tiny_models import ScriptedModel, hf_greedy, tiny_model
 
 import dynaspec
-from dynaspec.core.config import LimitsConfig, SamplingConfig
+from dynaspec.compat.records import SamplingConfig
+from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters import HybridDrafter, IntersectionDrafter, LookupConfig, PromptLookupDrafter

@@ -16,11 +16,12 @@ from transformers import GenerationConfig
 from transformers.generation import logits_process as lp
 
 import dynaspec
-from dynaspec.core import keywords
-from dynaspec.core.config import OutputConfig, ProcessorConfig, SamplingConfig
-from dynaspec.core.keywords import KEYWORDS, PROCESSORS, BuildContext, Keyword, of_record
-from dynaspec.core.processing import _build, full_processor_list
-from dynaspec.core.settings import resolve_settings
+from dynaspec.compat import keywords
+from dynaspec.compat.keywords import KEYWORDS, PROCESSORS, BuildContext, Keyword, of_record
+from dynaspec.compat.keywords import build_stage as _build
+from dynaspec.compat.processing import full_processor_list
+from dynaspec.compat.records import OutputConfig, ProcessorConfig, SamplingConfig
+from dynaspec.compat.settings import resolve_settings
 
 PROMPT = torch.tensor([[3, 9, 4]])
 RECORDS = {"sampling": SamplingConfig, "processors": ProcessorConfig, "outputs": OutputConfig}

@@ -28,8 +28,9 @@ from test_sampling import (
 )
 from tiny_models import ScriptedModel
 
+from dynaspec.compat.records import SamplingConfig
 from dynaspec.core import loop as decoding
-from dynaspec.core.config import LimitsConfig, SamplingConfig
+from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler

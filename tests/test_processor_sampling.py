@@ -30,11 +30,12 @@ from test_sampling import (
 from tiny_models import ScriptedModel, probs_logits
 from transformers.generation import logits_process as lp
 
+from dynaspec.compat.processing import full_processor_list
+from dynaspec.compat.settings import resolve_settings
 from dynaspec.core import sampling as sampling_module
 from dynaspec.core.loop import decode
-from dynaspec.core.processing import apply_processors, full_processor_list
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.settings import resolve_settings
+from dynaspec.core.scores import apply_processors
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import ConstantPolicy
 

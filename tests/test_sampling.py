@@ -30,11 +30,12 @@ from transformers.generation.logits_process import (
 )
 
 import dynaspec
+from dynaspec.compat.records import SamplingConfig
 from dynaspec.core import loop as decoding
-from dynaspec.core.config import LimitsConfig, SamplingConfig
+from dynaspec.core.config import LimitsConfig
+from dynaspec.core.finite import all_finite
 from dynaspec.core.loop import decode
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.validation import all_finite
 from dynaspec.core.verify import argmax, greedy_accept, speculative_sample
 from dynaspec.drafters import ModelDrafter
 from dynaspec.policies import ConstantPolicy, DynamicPolicy, LookaheadPolicy

@@ -13,11 +13,12 @@ from transformers import GenerationConfig, WatermarkingConfig
 from transformers.generation import logits_process as lp
 
 import dynaspec
-from dynaspec.core.config import LimitsConfig, ProcessorConfig, SamplingConfig
-from dynaspec.core.keywords import KEYWORDS
-from dynaspec.core.processing import full_processor_list
+from dynaspec.compat.keywords import KEYWORDS
+from dynaspec.compat.processing import full_processor_list
+from dynaspec.compat.records import ProcessorConfig, SamplingConfig
+from dynaspec.compat.settings import resolve_settings
+from dynaspec.core.config import LimitsConfig
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.settings import resolve_settings
 from dynaspec.errors import ConfigError, InputError, UnsupportedOptionError
 
 PROMPT = torch.tensor([[3, 9, 4]])

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from dynaspec.errors import DynaspecError
 
 if TYPE_CHECKING:
-    from dynaspec.core.config import LimitsConfig, SamplingConfig, SpecConfig
+    from dynaspec.compat.records import SamplingConfig
+    from dynaspec.core.config import LimitsConfig, SpecConfig
     from dynaspec.core.round import Round, StopReason
     from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
     from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
@@ -58,7 +59,8 @@ __all__ = [
 # (and the `dynaspec` command, which Ctrl-C may interrupt while it starts) loads neither torch
 # nor transformers until a name that needs them is asked for.
 _LAZY = {
-    **dict.fromkeys(("LimitsConfig", "SamplingConfig", "SpecConfig"), "dynaspec.core.config"),
+    **dict.fromkeys(("LimitsConfig", "SpecConfig"), "dynaspec.core.config"),
+    "SamplingConfig": "dynaspec.compat.records",
     **dict.fromkeys(("Round", "StopReason"), "dynaspec.core.round"),
     **dict.fromkeys(("GenerationStats", "RoundRecord", "Summary"), "dynaspec.core.stats"),
     **dict.fromkeys(("GenerateOutput", "GenerationKwargs", "generate"), "dynaspec.generation"),
@@ -76,7 +78,17 @@ _LAZY = {
         "dynaspec.policies",
     ),
 }
-_SUBPACKAGES = {"backends", "cli", "core", "drafters", "eval", "generation", "models", "policies"}
+_SUBPACKAGES = {
+    "backends",
+    "cli",
+    "compat",
+    "core",
+    "drafters",
+    "eval",
+    "generation",
+    "models",
+    "policies",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -25,16 +25,18 @@ import torch
 from dynaspec.backends.static import StaticAdapter
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
+from dynaspec.compat.processing import build_stopping, full_processor_list, short_name
+from dynaspec.compat.records import SamplingConfig
+from dynaspec.compat.settings import pad_token_id, resolve_settings
+from dynaspec.compat.validation import check_batch, check_token_ids
 from dynaspec.core.batch_loop import Row, decode_batch
-from dynaspec.core.config import SamplingConfig, SpecConfig
+from dynaspec.core.config import SpecConfig
+from dynaspec.core.emission import Emission
 from dynaspec.core.loop import GenerateOutput
-from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
 from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.settings import pad_token_id, resolve_settings
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
-from dynaspec.core.validation import check_batch, check_token_ids
 from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.errors import IncompatibleModelsError, InsufficientMemoryError, UnsupportedOptionError

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_method
 from dynaspec.core.config import DEFAULT_SCHEDULE
-from dynaspec.core.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_method
 from dynaspec.errors import DynaspecError
 from dynaspec.eval.bench.args import add_bench_arguments
 from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck

@@ -32,12 +32,12 @@ import torch
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
+from dynaspec.compat.processing import build_stopping
+from dynaspec.compat.settings import resolve_settings
+from dynaspec.compat.validation import check_token_ids, eos_ids
 from dynaspec.core.batch_loop import Row, batch_round, first_token
 from dynaspec.core.config import SpecConfig
-from dynaspec.core.processing import build_stopping
 from dynaspec.core.round import Round
-from dynaspec.core.settings import resolve_settings
-from dynaspec.core.validation import check_token_ids, eos_ids
 from dynaspec.drafters import lookup_config
 from dynaspec.errors import InputError
 

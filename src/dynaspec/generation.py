@@ -12,14 +12,9 @@ import torch
 from dynaspec.backends import as_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import BATCH_OPTIONS, generate_batch, is_batch
-from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
-from dynaspec.core.loop import GenerateOutput, decode
-from dynaspec.core.processing import Emission, build_stopping, full_processor_list, short_name
-from dynaspec.core.protocols import LookaheadPolicy
-from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.settings import GenerationKwargs, resolve_settings
-from dynaspec.core.sharing import holding, outside_inference_mode, separate_draft
-from dynaspec.core.validation import (
+from dynaspec.compat.processing import build_stopping, full_processor_list, short_name
+from dynaspec.compat.settings import GenerationKwargs, resolve_settings
+from dynaspec.compat.validation import (
     check_attention_mask,
     check_call_arguments,
     check_lengths,
@@ -29,6 +24,12 @@ from dynaspec.core.validation import (
     check_token_ids,
     text_pair,
 )
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
+from dynaspec.core.emission import Emission
+from dynaspec.core.loop import GenerateOutput, decode
+from dynaspec.core.protocols import LookaheadPolicy
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.core.sharing import holding, outside_inference_mode, separate_draft
 from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.policies import make_policy
 

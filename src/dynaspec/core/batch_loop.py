@@ -16,14 +16,14 @@ from time import perf_counter
 import torch
 
 from dynaspec.core.config import LimitsConfig
+from dynaspec.core.emission import Emission
+from dynaspec.core.finite import require_finite
 from dynaspec.core.loop import Checked, accept, cut
-from dynaspec.core.processing import Emission
 from dynaspec.core.protocols import BatchDrafter, BatchModelAdapter, BatchPolicy
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import require_finite
 
 
 @dataclass

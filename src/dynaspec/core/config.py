@@ -1,10 +1,11 @@
-"""Frozen configuration objects. Names follow transformers' assisted generation."""
+"""Frozen configuration of the round and the loop: how far to draft and when to stop. Names
+follow transformers' assisted generation; the records of transformers' generation keywords
+(sampling, processors, outputs) are compat/records.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynaspec.core.keywords import keyword_record
 from dynaspec.errors import ConfigError
 
 # The schedules accepted in `num_assistant_tokens_schedule` are those of
@@ -63,33 +64,6 @@ class SpecConfig:
 
 
 @dataclass(frozen=True)
-class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
-    """How the next token is chosen from a distribution; applied alike to draft and target.
-
-    do_sample (False: greedy, the argmax; True: sample from the processed probabilities),
-    temperature and the warpers, one field per sampling keyword of core/keywords.py (None:
-    off), then the seed of the sampling generator (None: nondeterministic).
-    """
-
-    seed: int | None = None  # seeds the sampling generator; None: nondeterministic
-
-    def __post_init__(self) -> None:
-        if self.do_sample and not self.temperature > 0.0:
-            raise ConfigError(
-                f"temperature must be > 0 when sampling, got {self.temperature}; "
-                "use do_sample=False for greedy decoding"
-            )
-        if self.top_k is not None and self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 or None keeps all), got {self.top_k}")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}")
-        for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must lie in [0, 1], got {value}")
-
-
-@dataclass(frozen=True)
 class LimitsConfig:
     """When generation stops."""
 
@@ -105,19 +79,3 @@ class LimitsConfig:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.max_time is not None and not self.max_time >= 0:  # 0: one token, as there
             raise ConfigError(f"max_time must be >= 0 seconds, got {self.max_time}")
-
-
-@dataclass(frozen=True)
-class ProcessorConfig(keyword_record("ProcessorKeywords", "processors")):
-    """transformers' logits processors, by their generate() names and with their meaning: one
-    field per processor keyword of core/keywords.py.
-
-    None (or the neutral value) leaves a processor out. Values are handed to transformers'
-    own classes as given; an invalid one raises ConfigError naming the keyword.
-    """
-
-
-@dataclass(frozen=True)
-class OutputConfig(keyword_record("OutputKeywords", "outputs")):
-    """What generate() returns beside the sequences (output_scores: one (1, V) processed-score
-    row per new token; output_logits: one (1, V) raw-logit row per new token)."""

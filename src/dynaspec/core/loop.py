@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from dynaspec.core.config import LimitsConfig
-from dynaspec.core.processing import Emission
+from dynaspec.core.emission import Emission
+from dynaspec.core.finite import require_finite
 from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import require_finite
 from dynaspec.core.verify import greedy_accept, speculative_sample
 
 

@@ -1,7 +1,7 @@
 """Logits -> processed scores and probabilities, and picking a token from them.
 
 The same processing (transformers' own logits processors and warpers, in transformers'
-order: see core/processing.py) is applied to draft and target, each row with the sequence
+order: see compat/processing.py) is applied to draft and target, each row with the sequence
 of its own position, which speculative sampling requires for the output to follow the
 target's processed distribution exactly. With no processors the logits pass through as they
 are (the fast path of plain greedy decoding).
@@ -17,14 +17,25 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
-from dynaspec.core.config import SamplingConfig
-from dynaspec.core.processing import apply_processors, build_warpers
+from dynaspec.core.scores import apply_processors
 from dynaspec.core.verify import argmax
 from dynaspec.errors import NumericalError
+
+
+class SamplingRule(Protocol):
+    """What the sampler reads of a sampling record (compat/records.py's SamplingConfig)."""
+
+    do_sample: bool  # False: the argmax of the processed scores; True: a draw from them
+    seed: int | None  # seeds the sampling generator; None: nondeterministic
+
+    def warpers(self) -> list[Any]:
+        """The sampling warpers, in transformers' order (none when greedy)."""
+        ...
 
 
 class TokenSampler:
@@ -32,7 +43,7 @@ class TokenSampler:
 
     def __init__(
         self,
-        config: SamplingConfig,
+        config: SamplingRule,
         device: torch.device | str = "cpu",
         processors: Sequence[LogitsProcessor] | None = None,
     ) -> None:
@@ -41,7 +52,7 @@ class TokenSampler:
         self.home = _canonical(device)
         # Every processor and warper in transformers' order (None: the config's warpers only).
         # Called directly, not through LogitsProcessorList (which inspects signatures per call).
-        self.processors = list(build_warpers(config) if processors is None else processors)
+        self.processors = list(config.warpers() if processors is None else processors)
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def process(
@@ -51,7 +62,7 @@ class TokenSampler:
         drafted: torch.Tensor | Sequence[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """(n, V) logits -> (n, V) processed scores; row i sees `tokens` (the committed
-        sequence) plus drafted[: len(drafted) - n + 1 + i] (see processing.apply_processors).
+        sequence) plus drafted[: len(drafted) - n + 1 + i] (see scores.apply_processors).
         With no processors the logits come back unchanged."""
         if not self.processors:
             return logits

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dynaspec.core.finite import require_finite
 from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import require_finite
 from dynaspec.drafters.hybrid import join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
 

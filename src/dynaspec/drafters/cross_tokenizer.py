@@ -39,11 +39,11 @@ from typing import Any
 
 import torch
 
+from dynaspec.core.finite import all_finite, check_finite
 from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite
 from dynaspec.core.verify import argmax
 from dynaspec.drafters.shared_vocab import special_ids
 from dynaspec.errors import UnsupportedOptionError

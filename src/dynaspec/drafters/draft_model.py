@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dynaspec.core.finite import all_finite, check_finite, require_finite
 from dynaspec.core.protocols import ModelAdapter, Stopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.core.validation import all_finite, check_finite, require_finite
 
 
 class ModelDrafter:

@@ -111,8 +111,8 @@ class Pair:
         }
 
     def _run_hf(self, ids: torch.Tensor, new_tokens: int) -> dict[str, Any]:
-        from dynaspec.core.settings import pad_token_id
-        from dynaspec.core.validation import eos_ids
+        from dynaspec.compat.settings import pad_token_id
+        from dynaspec.compat.validation import eos_ids
         from dynaspec.eval.hf_peer import HF_DYNAMIC
 
         eos = self.target.generation_config.eos_token_id  # what dynaspec's methods stop at

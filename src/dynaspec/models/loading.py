@@ -16,7 +16,7 @@ import torch
 
 from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static import make_fast
-from dynaspec.core.validation import eos_ids
+from dynaspec.compat.validation import eos_ids
 from dynaspec.errors import (
     ConfigError,
     CorruptModelFileError,

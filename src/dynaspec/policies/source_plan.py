@@ -20,16 +20,48 @@ lookup").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dynaspec.core.round import Choice, DraftOptions, DraftPlan
+from dynaspec.policies.calibration import Calibration
+from dynaspec.policies.costs import CostModel
+from dynaspec.policies.lookup_acceptance import LookupAcceptance
 
-if TYPE_CHECKING:
-    from dynaspec.policies.adaptive import AdaptivePolicy
+
+class PlanLimits(Protocol):
+    """The adaptive policy's bounds that the choice of sources reads (AdaptiveConfig)."""
+
+    max_tokens: int  # the most tokens the model drafts in one round
+    check_below: int  # a running draft checks a copy whose match agrees on fewer tokens
+
+
+class CopyPlanner(Protocol):
+    """What the choice of sources reads of the cost-aware rule (adaptive.py's AdaptivePolicy,
+    which calls it: a protocol, so that neither module imports the other)."""
+
+    config: PlanLimits
+    rate: float  # running tokens per target step
+    calibration: Calibration  # the draft model's acceptance by confidence
+    costs: CostModel  # V(n), the draft's step and catch-up costs
+    lookup: LookupAcceptance  # the copies' acceptance by agreement
+
+    def model_value(
+        self,
+        prefix: float = 1.0,
+        offset: int = 0,
+        rows: float = 1.0,
+        floor: float = 1.0,
+        width: int = 1,
+        rate: float | None = None,
+    ) -> float: ...
+
+    def verify_step(self, num_drafted: int) -> float: ...
+
+    def worth_starting(self, catchup: int, remaining: float | None, width: int = 1) -> bool: ...
 
 
 def plan_with_copy(
-    policy: AdaptivePolicy,
+    policy: CopyPlanner,
     options: DraftOptions,
     remaining: int | None,
     alone: DraftPlan,
@@ -67,7 +99,7 @@ def plan_with_copy(
     )
 
 
-def _checks(policy: AdaptivePolicy, options: DraftOptions) -> bool:
+def _checks(policy: CopyPlanner, options: DraftOptions) -> bool:
     """Whether the draft model checks the copy the rule chose instead of it being copied: a
     draft that takes a guess and has run (no catch-up of the prompt to pay), and a match that
     agrees on fewer than `check_below` tokens. The copy is its guess: it drafts through the
@@ -78,15 +110,13 @@ def _checks(policy: AdaptivePolicy, options: DraftOptions) -> bool:
     return options.checks and options.started and options.agreement < policy.config.check_below
 
 
-def _alone(
-    policy: AdaptivePolicy, alone: DraftPlan, probs: list[float], choice: Choice
-) -> DraftPlan:
+def _alone(policy: CopyPlanner, alone: DraftPlan, probs: list[float], choice: Choice) -> DraftPlan:
     """The draft model's own plan, the continuation on offer its guess."""
     guess = _guess_length(policy, probs, 0, alone.model)
     return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice, guess=guess)
 
 
-def _guess_length(policy: AdaptivePolicy, probs: list[float], copied: int, model: int) -> int:
+def _guess_length(policy: CopyPlanner, probs: list[float], copied: int, model: int) -> int:
     """How many of the continuation's tokens after the `copied` ones to feed the draft
     model as a guess of its own next `model` tokens: while the chance that it drafts all of
     them so far (taken as the copy's, Q_j given the copied tokens accepted) is above what a
@@ -101,7 +131,7 @@ def _guess_length(policy: AdaptivePolicy, probs: list[float], copied: int, model
     return length
 
 
-def _start_cost(policy: AdaptivePolicy, options: DraftOptions) -> float:
+def _start_cost(policy: CopyPlanner, options: DraftOptions) -> float:
     """What the plan "the model alone" pays to start a draft that has not run yet (target
     steps): its catch-up, the prompt's prefill. A copy lets the start wait a round for
     about as much (a copied token fed later costs what it costs now), and where the text
@@ -113,7 +143,7 @@ def _start_cost(policy: AdaptivePolicy, options: DraftOptions) -> float:
 
 
 def _carry_on_value(
-    policy: AdaptivePolicy,
+    policy: CopyPlanner,
     prefix: float,
     copied: int,
     catchup: int | None,
@@ -132,7 +162,7 @@ def _carry_on_value(
     return policy.model_value(prefix, copied, floor=rho) - rho * wasted
 
 
-def _copy_length(probs: list[float], rho: float, policy: AdaptivePolicy) -> int:
+def _copy_length(probs: list[float], rho: float, policy: CopyPlanner) -> int:
     """The j that maximises Q_1 + ... + Q_j - rho * (V(j + 1) - 1), 0 when none is above 0:
     the first j where Q_j stops paying, unless V's step at n = 2 hides a longer copy
     that pays as a whole."""

@@ -49,7 +49,7 @@ from typing import Any, TextIO
 
 import torch
 
-from dynaspec.core.settings import pad_token_id
+from dynaspec.compat.settings import pad_token_id
 from dynaspec.errors import ConfigError
 from dynaspec.eval import data, provenance
 from dynaspec.eval.bench.args import (

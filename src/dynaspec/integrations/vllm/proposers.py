@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.core.config import SamplingConfig
+from dynaspec.compat.records import SamplingConfig
 from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters.draft_model import ModelDrafter

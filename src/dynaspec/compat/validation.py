@@ -18,7 +18,6 @@ from dynaspec.errors import (
     ConfigError,
     IncompatibleModelsError,
     InputError,
-    NumericalError,
     UnsupportedOptionError,
 )
 
@@ -361,31 +360,6 @@ def check_batch(
             'transformers: tokenizer.padding_side = "left", then tokenize the prompts again'
         )
     return ids, mask
-
-
-def all_finite(logits: torch.Tensor) -> torch.Tensor:
-    """0-dim bool, on the logits' device: whether every value is finite, read from the
-    smallest and the largest (a NaN anywhere makes both NaN, an inf is one of them). On the
-    2-core EPYC that is 22 us for a (V,) bf16 row of 152k logits against 203 us for
-    `torch.isfinite(logits).all()`, 0.3 against 6.5 ms for 33 rows."""
-    low, high = torch.aminmax(logits)
-    return torch.isfinite(low) & torch.isfinite(high)
-
-
-def check_finite(finite: bool, model: Any) -> None:
-    """Raises NumericalError when a model's logits were not all finite (`finite` False)."""
-    if finite:
-        return
-    name = getattr(model, "name", None) or type(getattr(model, "model", model)).__name__
-    raise NumericalError(
-        f"{name} produced NaN/inf logits; check the weights and the dtype (float16 on CPU "
-        "overflows: use bfloat16 or float32)"
-    )
-
-
-def require_finite(logits: torch.Tensor, model: Any) -> None:
-    """Raises NumericalError when any of a model's `logits` is NaN or inf (one transfer)."""
-    check_finite(bool(all_finite(logits)), model)
 
 
 # ---------------------------------------------------------------------------------------

@@ -26,14 +26,15 @@ from typing import Any
 
 from transformers import GenerationConfig
 
-from dynaspec.core.config import LimitsConfig, OutputConfig, ProcessorConfig, SamplingConfig
-from dynaspec.core.keywords import DEFAULT_MAX_NEW_TOKENS, KEYWORDS, GenerationKwargs, of_record
-from dynaspec.core.validation import (
+from dynaspec.compat.keywords import DEFAULT_MAX_NEW_TOKENS, KEYWORDS, GenerationKwargs, of_record
+from dynaspec.compat.records import OutputConfig, ProcessorConfig, SamplingConfig
+from dynaspec.compat.validation import (
     check_keyword_types,
     check_token_keywords,
     eos_ids,
     warn_unfeasible_lengths,
 )
+from dynaspec.core.config import LimitsConfig
 from dynaspec.errors import ConfigError, UnsupportedOptionError
 
 # Read from a generation config (the checkpoint's or the call's) when set explicitly there:

@@ -24,6 +24,8 @@ from typing import Any, TypedDict
 import torch
 from transformers.generation import logits_process as lp
 
+from dynaspec.errors import ConfigError
+
 DEFAULT_MAX_NEW_TOKENS = 128  # dynaspec's default when neither the call nor the checkpoint sets one
 
 # The records whose fields are keywords (core/config.py), by GenerationSettings' names.
@@ -421,6 +423,25 @@ def of_record(record: str) -> tuple[Keyword, ...]:
 def of_stage(stage: str) -> tuple[Keyword, ...]:
     """The keywords whose processors go to `stage`, in transformers' order."""
     return tuple(keyword for keyword in KEYWORDS if keyword.stage == stage)
+
+
+def build_stage(stage: str, context: BuildContext) -> list[Any]:
+    """The processors of the table's `stage` whose condition holds, in transformers' order."""
+    built = []
+    for keyword in of_stage(stage):
+        value = keyword.value(context)
+        if keyword.active(value, context):
+            built.append(_make(keyword.name, value, keyword.build, value, context))
+    return built
+
+
+def _make(keyword: str, value: Any, factory: Any, *args: Any, **kwargs: Any) -> Any:
+    """factory(*args, **kwargs); transformers' ValueError (or the KeyError, IndexError of its
+    checks on a malformed value) becomes a ConfigError naming `keyword`."""
+    try:
+        return factory(*args, **kwargs)
+    except (ValueError, TypeError, KeyError, IndexError) as err:
+        raise ConfigError(f"{keyword}={value!r} is invalid: {err}") from err
 
 
 def keyword_record(name: str, record: str) -> type:
