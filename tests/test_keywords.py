@@ -1,4 +1,4 @@
-"""One table of transformers' generation keywords (core/keywords.py) drives GenerationKwargs,
+"""One table of transformers' generation keywords (compat/keywords.py) drives GenerationKwargs,
 the settings records and the processor list: every entry reaches all three, and a new entry
 reaches them with no other edit."""
 

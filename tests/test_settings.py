@@ -272,7 +272,7 @@ def test_the_list_has_transformers_order(target: Any) -> None:
 
 
 def test_the_order_check_covers_every_processor_of_the_table() -> None:
-    """A keyword added to core/keywords.py with a processor is checked against transformers'
+    """A keyword added to compat/keywords.py with a processor is checked against transformers'
     order once it is in EVERYTHING (min_length: set by min_new_tokens there, as transformers
     sets it)."""
     staged = {keyword.name for keyword in KEYWORDS if keyword.stage is not None}

@@ -71,7 +71,7 @@ def generate(
     `kwargs` are transformers' generation keywords with transformers' meaning (listed in
     `GenerationKwargs`: max_new_tokens, do_sample, temperature, top_k, top_p, min_p,
     repetition_penalty, no_repeat_ngram_size, stop_strings, max_time, output_scores, ...).
-    The target's generation_config applies where the call is silent (see core/settings.py);
+    The target's generation_config applies where the call is silent (see compat/settings.py);
     `generation_config=` replaces it (`GenerationConfig()`: a clean slate). `logits_processor`
     and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
     The default schedule "adaptive" drafts only while its measured costs say drafting pays;

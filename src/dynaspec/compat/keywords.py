@@ -1,10 +1,10 @@
 """transformers' generation keywords, one entry each: the table the rest is derived from.
 
 An entry says, for one keyword: its type and a one-line doc (they make `GenerationKwargs`),
-the settings record it fills and its default there (core/settings.py resolves the call and
-the checkpoint into core/config.py's records, whose fields come from here), and, for a
+the settings record it fills and its default there (compat/settings.py resolves the call and
+the checkpoint into compat/records.py's records, whose fields come from here), and, for a
 logits processor or warper, the factory that builds transformers' class and the condition
-under which it is built (core/processing.py). Within each stage the entries stand in
+under which it is built (compat/processing.py). Within each stage the entries stand in
 transformers' order (5.x, `GenerationMixin._get_logits_processor`), the order of the list:
 the processors, then the caller's `logits_processor` objects, then the warpers when
 sampling, then `renormalize_logits`.
@@ -28,7 +28,7 @@ from dynaspec.errors import ConfigError
 
 DEFAULT_MAX_NEW_TOKENS = 128  # dynaspec's default when neither the call nor the checkpoint sets one
 
-# The records whose fields are keywords (core/config.py), by GenerationSettings' names.
+# The records whose fields are keywords (compat/records.py), by GenerationSettings' names.
 RECORDS = ("sampling", "processors", "outputs")
 # Where a keyword's processor goes: before the caller's objects, after them when sampling,
 # or last (transformers' order).
@@ -446,7 +446,7 @@ def _make(keyword: str, value: Any, factory: Any, *args: Any, **kwargs: Any) -> 
 
 def keyword_record(name: str, record: str) -> type:
     """A frozen dataclass `name` with one field per keyword of `record`, in table order, each
-    defaulting to the table's default (None: unset). core/config.py's records extend it."""
+    defaulting to the table's default (None: unset). compat/records.py's records extend it."""
     fields = [
         (k.name, k.type if k.default is not None else k.type | None, field(default=k.default))
         for k in of_record(record)
@@ -465,7 +465,7 @@ def _generation_kwargs() -> type:
     lines = [f"    {k.name} ({_type_name(k.type)}): {k.doc}" for k in KEYWORDS]
     typed.__doc__ = (
         "transformers' generation keywords accepted by `dynaspec.generate` (same meaning).\n\n"
-        "One line per keyword (the table: dynaspec/core/keywords.py):\n\n" + "\n".join(lines)
+        "One line per keyword (the table: dynaspec/compat/keywords.py):\n\n" + "\n".join(lines)
     )
     return typed
 

@@ -2,7 +2,7 @@
 
 The lists are built from transformers' own classes, in the order and under the conditions of
 transformers' `generate()` (5.x, `GenerationMixin._get_logits_processor`), as the table of
-keywords (core/keywords.py) gives them: the processors, then the caller's `logits_processor`
+keywords (compat/keywords.py) gives them: the processors, then the caller's `logits_processor`
 objects (one of a type already built replaces it in place, as in transformers), then, when
 sampling, the warpers (temperature, top-h, top-k, top-p, min-p, typical, epsilon, eta), then
 `LogitNormalization`.

@@ -15,7 +15,7 @@ class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
     """How the next token is chosen from a distribution; applied alike to draft and target.
 
     do_sample (False: greedy, the argmax; True: sample from the processed probabilities),
-    temperature and the warpers, one field per sampling keyword of core/keywords.py (None:
+    temperature and the warpers, one field per sampling keyword of compat/keywords.py (None:
     off), then the seed of the sampling generator (None: nondeterministic).
     """
 
@@ -47,7 +47,7 @@ class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
 @dataclass(frozen=True)
 class ProcessorConfig(keyword_record("ProcessorKeywords", "processors")):
     """transformers' logits processors, by their generate() names and with their meaning: one
-    field per processor keyword of core/keywords.py.
+    field per processor keyword of compat/keywords.py.
 
     None (or the neutral value) leaves a processor out. Values are handed to transformers'
     own classes as given; an invalid one raises ConfigError naming the keyword.

@@ -1,7 +1,7 @@
 """Which generation settings a call uses: the call's keywords over the checkpoint's.
 
 `dynaspec.generate` takes transformers' generation keywords with transformers' names and
-meaning (`GenerationKwargs`, one entry each in core/keywords.py). As in transformers, a value
+meaning (`GenerationKwargs`, one entry each in compat/keywords.py). As in transformers, a value
 that the target's generation config sets explicitly (one that differs from a fresh
 `GenerationConfig()`, e.g. Qwen2.5-Instruct's `repetition_penalty`, `do_sample` and `top_p`)
 applies unless the call passes the keyword; a keyword passed as None switches the setting

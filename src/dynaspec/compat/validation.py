@@ -363,7 +363,7 @@ def check_batch(
 
 
 # ---------------------------------------------------------------------------------------
-# Generation keywords: each value of the type core/keywords.py declares
+# Generation keywords: each value of the type compat/keywords.py declares
 # ---------------------------------------------------------------------------------------
 
 _WORDS = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings")}
