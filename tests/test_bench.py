@@ -26,7 +26,7 @@ from dynaspec.eval.bench.methods import parse_methods
 from dynaspec.eval.bench.record import BenchRecord, load_records
 from dynaspec.eval.bench.report import render_markdown, render_report
 from dynaspec.eval.hf_peer import HF_HEURISTIC, HFPeer, rounds_from_target_calls
-from dynaspec.eval.mismatch import (
+from dynaspec.mismatch import (
     Divergence,
     classify_logits,
     classify_mismatch,

@@ -29,11 +29,10 @@ from dynaspec.eval.data import (
     load_prompts,
     locate_data_file,
     prompt_sources,
-    render_prompt,
     sample_prompts,
-    should_use_chat,
     truncate_at_word,
 )
+from dynaspec.prompts import render_prompt, should_use_chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast

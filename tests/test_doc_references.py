@@ -140,7 +140,7 @@ def test_the_eval_citations_name_their_sections() -> None:
     cited = {
         (ref.source.name, ref.section or ref.anchor)
         for source in sources()
-        if "eval" in source.parts
+        if "eval" in source.parts or source.name == "mismatch.py"  # the tie rule, in the library
         for ref in references_in(source)
     }
     assert ("mismatch.py", "Lossless in bf16: ties") in cited

@@ -11,8 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dynaspec import cli
-from dynaspec.eval import compare
+from dynaspec import cli, compare
 from dynaspec.generation import generate
 from dynaspec.models.tiny import tiny_pair
 

@@ -22,13 +22,16 @@ RANKS = {
     "policies": 2,
     "backends": 2,
     "drafters": 2,
+    "mismatch": 2.5,  # a greedy divergence: a tie or a bug (one target forward)
     "batch": 3,  # generate() over a batch (input_ids (B, T)); generation dispatches to it
     "continuous": 3.2,  # rows that join and leave a running batch (serve/ builds on it)
     "generation": 3.5,
+    "prompts": 3.6,  # a user message into input ids; generate --prompts-file
+    "compare": 3.6,  # generate --compare: the target alone, timed, and the outputs compared
     "models": 4,
-    "eval": 5,
     "integrations": 5,  # proposers that other engines call (vLLM), built on models
     "serve": 5.5,  # the OpenAI-compatible server (builds on continuous, models)
+    "eval": 5.7,  # the instruments, beside the product: the load tester builds a server
     "cli": 6,
     "__main__": 7,  # `python -m dynaspec` runs the CLI
     "__init__": 6,  # the public facade re-exports from every layer below the CLI
@@ -56,13 +59,16 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(path: Path, annotations: bool = False) -> set[str]:
-    """dynaspec modules imported anywhere in the file (inside functions too); the
-    annotations-only imports under `if TYPE_CHECKING:` only with `annotations`."""
+def _imports(path: Path, annotations: bool = False, top_level_only: bool = False) -> set[str]:
+    """dynaspec modules imported anywhere in the file (inside functions too, unless
+    `top_level_only`); the annotations-only imports under `if TYPE_CHECKING:` only with
+    `annotations`."""
     tree = ast.parse(path.read_text())
     skipped: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+        if top_level_only and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -165,6 +171,90 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
         "from dynaspec.eval import data\nif TYPE_CHECKING:\n    import dynaspec.cli\n"
     )
     assert _imports(source) == {"dynaspec.eval.data"}
+
+
+def _instrument_imports(files: dict[str, Path]) -> list[str]:
+    """Imports of the instruments (eval/) from outside them, for {module: path}: every one
+    but the CLI's, and the CLI's outside a function (it imports them in the command that
+    needs them)."""
+    wrong = []
+    for module, path in sorted(files.items()):
+        if _layer(module) == "eval":
+            continue
+        imported = _imports(path, top_level_only=_layer(module) == "cli")
+        where = " at the top" if _layer(module) == "cli" else ""
+        wrong += [f"{module} imports {t}{where}" for t in sorted(imported) if _layer(t) == "eval"]
+    return wrong
+
+
+def test_only_the_cli_imports_the_instruments_inside_its_commands() -> None:
+    files = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    wrong = _instrument_imports(files)
+    assert not wrong, "the product imports the instruments (eval/):\n" + "\n".join(wrong)
+
+
+def test_the_instrument_rule_can_fail(tmp_path: Path) -> None:
+    served = tmp_path / "served.py"
+    served.write_text("def f():\n    from dynaspec.eval import loadtest\n")
+    top = tmp_path / "top.py"
+    top.write_text("from dynaspec.eval.bench.args import add_bench_arguments\n")
+    inside = tmp_path / "inside.py"
+    inside.write_text("def f():\n    from dynaspec.eval.bench.run import run_bench\n")
+    files = {"dynaspec.serve.x": served, "dynaspec.cli": top, "dynaspec.eval.y": top}
+    assert _instrument_imports(files) == [
+        "dynaspec.cli imports dynaspec.eval.bench.args at the top",
+        "dynaspec.serve.x imports dynaspec.eval.loadtest",
+    ]
+    assert _instrument_imports({"dynaspec.cli": inside}) == []
+
+
+# `dynaspec generate` (with --compare, --prompts-file) and `dynaspec serve` (up to uvicorn)
+# on the tiny pair, then the dynaspec.eval modules loaded; `bench`'s parser shows the probe
+# sees them when they are.
+_RUN_THE_PRODUCT = """
+import importlib.util, json, sys
+from dynaspec import cli
+import dynaspec.serve.args as serve_args, dynaspec.serve.run as serve_run
+
+def loaded():
+    return sorted(m for m in sys.modules if m.startswith("dynaspec.eval"))
+
+found = {}
+tiny = ["--pair", "tiny", "--max-new-tokens", "4"]
+found["generate"] = cli.main(["generate", *tiny, "--compare", "def f(x):"]), loaded()
+found["prompts-file"] = cli.main(["generate", *tiny, "--prompts-file", sys.argv[1]]), loaded()
+serve_run.serve = lambda *args, **kwargs: None  # everything but uvicorn's loop
+if importlib.util.find_spec("fastapi") is None:  # without the serve extra: up to the app
+    serve_args.require = lambda *modules: None
+    serve_run.build_app = lambda *args, **kwargs: None
+found["serve"] = cli.main(["serve", "--pair", "tiny", "--port", "0"]), loaded()
+cli.build_parser("bench")
+found["bench"] = 0, loaded()
+print(json.dumps(found))
+"""
+
+
+def test_generate_and_serve_load_no_instrument(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def f(x):\nclass A:\n")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_THE_PRODUCT, str(prompts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for command in ("generate", "prompts-file", "serve"):
+        assert found[command] == [0, []], f"dynaspec {command}: {found[command]}"
+    assert "dynaspec.eval.bench.args" in found["bench"][1]
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.name))

@@ -48,8 +48,8 @@ def test_the_server_sends_token_ids_and_a_differing_output_is_classified(tmp_pat
     import torch
 
     from dynaspec.eval.load import LoadConfig, run_load
+    from dynaspec.eval.loadtest import _alone, _write, differing
     from dynaspec.models.tiny import tiny_pair
-    from dynaspec.serve.bench import _alone, _write, differing
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, in_thread
 

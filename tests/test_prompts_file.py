@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dynaspec.cli import main
-from dynaspec.eval.prompts_file import left_padded, read_prompts
+from dynaspec.prompts import left_padded, read_prompts
 
 PROMPTS = ["def fib(n):", '{"prompt": "def add(a, b):"}', "", "class Stack:", "x = [1, 2, 3"]
 

@@ -134,7 +134,7 @@ def test_a_batch_on_a_transformers_target_with_a_w4a8_draft_gives_its_own_rows()
     """`dynaspec generate --prompts-file F --batch-size 2` with the draft in 4 bits (the
     default on such a CPU) and the target as loaded: each row the batched target alone's."""
     import dynaspec
-    from dynaspec.eval.prompts_file import left_padded
+    from dynaspec.prompts import left_padded
 
     target, draft = bf16_llama_pair()
     fast_draft = make_fast(draft, static=True, quantize="w4a8", draft=True)

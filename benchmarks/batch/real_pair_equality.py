@@ -15,8 +15,8 @@ import platform
 import torch
 
 import dynaspec
-from dynaspec.eval.data import load_prompts, render_prompt
-from dynaspec.eval.prompts_file import left_padded
+from dynaspec.eval.data import load_prompts
+from dynaspec.prompts import left_padded, render_prompt
 
 METHODS = {
     "target": dict(with_draft=False),

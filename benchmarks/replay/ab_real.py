@@ -1,7 +1,7 @@
 """The real target (no replay): the hybrid without and with copies checked by the draft, and
 transformers' prompt lookup (10), REPS interleaved runs each (the order rotating), per
 prompt the medians' ratios; then each distinct output against the target alone's (greedy,
-transformers' generate), its first difference classified (eval/mismatch.py: a tie or a BUG):
+transformers' generate), its first difference classified (dynaspec/mismatch.py: a tie or a BUG):
 
     python ab_real.py REPS seed:prompt_id ...   (grounded prompts)
 
@@ -20,8 +20,9 @@ import variants  # noqa: E402  (no replay: the real target, the real clock)
 
 from dynaspec import generate, load_pair  # noqa: E402
 from dynaspec.eval import data  # noqa: E402
+from dynaspec.prompts import render_prompt  # noqa: E402
 from dynaspec.eval.hf_peer import HFPeer  # noqa: E402
-from dynaspec.eval.mismatch import classify_mismatch  # noqa: E402
+from dynaspec.mismatch import classify_mismatch  # noqa: E402
 
 reps = int(sys.argv[1])
 pair = load_pair("qwen2.5-coder", draft_quantize="w4a8")
@@ -32,7 +33,7 @@ names = (first, second, "hf")
 for spec in sys.argv[2:]:
     seed, key = spec.split(":", 1)
     prompt = next(p for p in data.load_prompts("grounded", 4, int(seed)) if p.id.startswith(key))
-    ids = data.render_prompt(tok, prompt.text, chat=True)
+    ids = render_prompt(tok, prompt.text, chat=True)
     generate(pair.target, pair.draft, ids[:, :32], max_new_tokens=8, prompt_lookup_num_tokens=32)
     seconds, outputs, rounds = (
         {n: [] for n in names},

@@ -24,7 +24,8 @@ import torch
 from dynaspec.core import loop as core_loop
 from dynaspec.drafters import draft_model, prompt_lookup
 from dynaspec.drafters.prompt_lookup import LookupConfig, find_match
-from dynaspec.eval.data import load_prompts, render_prompt
+from dynaspec.eval.data import load_prompts
+from dynaspec.prompts import render_prompt
 
 STEP_S, TOKEN_S = 0.165, 0.0077  # a target forward over n tokens: STEP_S + TOKEN_S * n
 _extra = [0.0]  # virtual seconds added by target forwards

@@ -1,6 +1,6 @@
 """Classifies every output of a vllm_bench record that differs from vLLM alone's: at the first
 differing position, the transformers target's logits (in the record's dtype) say whether the
-two tokens are a tie within the dtype's precision or a bug (eval/mismatch.py).
+two tokens are a tie within the dtype's precision or a bug (dynaspec/mismatch.py).
 
 Run (main venv, transformers): python benchmarks/vllm/classify.py RECORD.json
 """
@@ -11,7 +11,7 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM
 
-from dynaspec.eval.mismatch import classify_mismatch
+from dynaspec.mismatch import classify_mismatch
 
 record = json.load(open(sys.argv[1]))  # noqa: SIM115
 config = record["config"]

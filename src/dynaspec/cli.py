@@ -1,9 +1,11 @@
-"""Command line: `dynaspec generate | models | bench | oracle | devicecheck | project |
-serve | loadtest`.
+"""Command line: `dynaspec generate | models | serve`, and the instruments' `bench | oracle |
+devicecheck | project | loadtest`.
 
 The CLI only parses arguments, builds configuration and prints what the library returns;
-the work lives in the library and the instruments (eval/: `generate --compare`'s timed
-target-alone run is eval/compare.py).
+the work lives in the library (`generate --compare`'s timed target-alone run is compare.py)
+and the instruments (eval/: bench, oracle, devicecheck, project, loadtest). The instruments
+load only inside the functions of their own command: `dynaspec generate` and `dynaspec serve`
+never import dynaspec.eval (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -18,10 +20,6 @@ from typing import Any
 from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_method
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import DynaspecError
-from dynaspec.eval.bench.args import add_bench_arguments
-from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
-from dynaspec.eval.oracle.args import add_oracle_arguments
-from dynaspec.eval.projection import add_project_arguments, run_project
 from dynaspec.models.arguments import (
     AUTO_DRAFT_NOTE,
     add_fast_arguments,
@@ -41,7 +39,6 @@ from dynaspec.models.dtype import DtypeChoice
 from dynaspec.models.loading import dtype_choice
 from dynaspec.policies import SCHEDULES
 from dynaspec.serve.args import add_serve_arguments
-from dynaspec.serve.bench import add_loadtest_arguments
 
 
 def _warm_up(models: Sequence[Any], max_length: int) -> None:
@@ -299,13 +296,13 @@ def describe_run(args: argparse.Namespace) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
-    from dynaspec.eval.compare import (
+    from dynaspec.compare import (
         compare_with_target_alone,
         target_alone_notice,
         warm_up_both,
     )
-    from dynaspec.eval.data import render_prompt, should_use_chat
     from dynaspec.generation import generate
+    from dynaspec.prompts import render_prompt, should_use_chat
 
     text = args.prompt if args.prompt is not None else args.text
     auto = auto_draft_quantize(args)
@@ -362,7 +359,7 @@ def run_generate(args: argparse.Namespace) -> int:
 def _run_prompts_file(
     args: argparse.Namespace, target: Any, draft: Any, tokenizer: Any, options: dict, chat: bool
 ) -> int:
-    from dynaspec.eval.prompts_file import read_prompts, run_prompts_file
+    from dynaspec.prompts import read_prompts, run_prompts_file
 
     prompts = read_prompts(args.prompts_file)
     run_prompts_file(target, draft, tokenizer, prompts, args.batch_size, options, chat)
@@ -397,11 +394,29 @@ def _print_models() -> int:
     return 0
 
 
+# The instruments (eval/) load inside these functions only, when their command is the one
+# given: each adds its command's arguments and runner to the parser.
+
+
+def _bench(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.bench.args import add_bench_arguments
+
+    add_bench_arguments(p)
+    p.set_defaults(func=_run_bench)
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     """`dynaspec bench`; its modules load only when it runs."""
     from dynaspec.eval.bench.run import run_bench
 
     return run_bench(args)
+
+
+def _oracle(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.oracle.args import add_oracle_arguments
+
+    add_oracle_arguments(p)
+    p.set_defaults(func=_run_oracle)
 
 
 def _run_oracle(args: argparse.Namespace) -> int:
@@ -411,24 +426,36 @@ def _run_oracle(args: argparse.Namespace) -> int:
     return run_oracle(args)
 
 
-Adder = Callable[[argparse.ArgumentParser], None]
-Runner = Callable[[argparse.Namespace], int]
+def _devicecheck(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.devicecheck.run import add_devicecheck_arguments, run_devicecheck
 
-# The instruments' subcommands: name, help, the function adding its arguments, its runner.
-_INSTRUMENTS: tuple[tuple[str, str, Adder, Runner], ...] = (
-    ("bench", "benchmark schedules and peers side by side", add_bench_arguments, _run_bench),
-    ("oracle", "oracle lookahead analysis over a data set", add_oracle_arguments, _run_oracle),
+    add_devicecheck_arguments(p)
+    p.set_defaults(func=run_devicecheck)
+
+
+def _project(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.projection import add_project_arguments, run_project
+
+    add_project_arguments(p)
+    p.set_defaults(func=run_project)
+
+
+def _loadtest(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.loadtest import add_loadtest_arguments
+
+    add_loadtest_arguments(p)  # its runner and check too
+
+
+# The instruments' subcommands: name, help, the function adding its arguments and runner.
+_INSTRUMENTS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("bench", "benchmark schedules and peers side by side", _bench),
+    ("oracle", "oracle lookahead analysis over a data set", _oracle),
+    ("devicecheck", "cuda tests and real-shape costs on a GPU in one short run", _devicecheck),
+    ("project", "project speedups from devicecheck costs and the oracle's traces", _project),
     (
-        "devicecheck",
-        "cuda tests and real-shape costs on a GPU in one short run",
-        add_devicecheck_arguments,
-        run_devicecheck,
-    ),
-    (
-        "project",
-        "project speedups from devicecheck costs and the oracle's traces",
-        add_project_arguments,
-        run_project,
+        "loadtest",
+        "concurrent clients against dynaspec serve (or --url), outputs checked",
+        _loadtest,
     ),
 )
 
@@ -440,19 +467,15 @@ def _add_serve(subparsers: Any) -> None:
         formatter_class=DefaultsHelpFormatter,
     )
     add_serve_arguments(p)
-    p = subparsers.add_parser(
-        "loadtest",
-        help="concurrent clients against dynaspec serve (or --url), outputs checked",
-        formatter_class=DefaultsHelpFormatter,
-    )
-    add_loadtest_arguments(p)
 
 
-def _add_instruments(subparsers: Any) -> None:
-    for name, help_text, add_arguments, run in _INSTRUMENTS:
+def _add_instruments(subparsers: Any, command: str | None) -> None:
+    """The instruments' subcommands; only `command`'s gets its arguments (all of them when
+    `command` is None), so that no other command loads an instrument."""
+    for name, help_text, add in _INSTRUMENTS:
         p = subparsers.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
-        add_arguments(p)
-        p.set_defaults(func=run)
+        if command is None or command == name:
+            add(p)
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -466,7 +489,9 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; given the `command` about to run, the instruments' subcommands
+    other than it are left without their arguments (and their modules unloaded)."""
     from dynaspec import __version__
 
     parser = argparse.ArgumentParser(
@@ -476,9 +501,15 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_generate(subparsers)
     _add_models(subparsers)
-    _add_instruments(subparsers)
     _add_serve(subparsers)
+    _add_instruments(subparsers, command)
     return parser
+
+
+def _command(argv: Sequence[str] | None) -> str:
+    """The subcommand named in `argv` (the first word not an option), "" when none is."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((word for word in words if not word.startswith("-")), "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -486,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     any model loads); 1 something found wrong while working (a missing or damaged file, a
     model that does not fit), printed as one line "error: ..." with the fix."""
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(_command(argv)).parse_args(argv)
         check = getattr(args, "check", None)
         if check is not None:
             check(args)

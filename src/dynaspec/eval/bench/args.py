@@ -7,7 +7,7 @@ import math
 
 from dynaspec.eval import provenance
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
-from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
+from dynaspec.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.models.arguments import (
     ModelFlagsHelp,
     add_model_arguments,

@@ -28,9 +28,9 @@ import torch
 from dynaspec.errors import ConfigError
 from dynaspec.eval.bench.fast import FAST_METHODS
 from dynaspec.eval.bench.tables import markdown_table
-from dynaspec.eval.prompts_file import left_padded
 from dynaspec.generation import generate
 from dynaspec.models.arguments import counts
+from dynaspec.prompts import left_padded
 
 # method -> how it decodes a batch: (target, draft, ids, mask, max_new, eos, pad) -> ids
 Decode = Callable[[Any, Any, torch.Tensor, torch.Tensor, int, list[int], int], torch.Tensor]

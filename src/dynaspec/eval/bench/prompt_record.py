@@ -13,7 +13,7 @@ from dynaspec.eval.bench.measurement import MethodOutput, speedup
 from dynaspec.eval.bench.methods import BASELINE, PEER_FAMILIES, SPECS
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.bench.records import BenchConfig, BenchPrompt, output_digest
-from dynaspec.eval.mismatch import Divergence, classify_mismatch, model_dtype
+from dynaspec.mismatch import Divergence, classify_mismatch, model_dtype
 
 
 @dataclass(frozen=True)

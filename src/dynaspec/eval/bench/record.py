@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dynaspec.eval.bench.measurement import OPTIONAL_FIELDS, Measurement
-from dynaspec.eval.mismatch import Divergence
+from dynaspec.mismatch import Divergence
 
 _LISTS = (
     "accepted_per_round",

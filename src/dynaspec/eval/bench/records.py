@@ -20,8 +20,8 @@ from dynaspec.eval.bench.args import DEFAULT_MAX_NEW_TOKENS
 from dynaspec.eval.bench.methods import DEFAULT_METHODS, WARMUP_TOKENS
 from dynaspec.eval.bench.record import BenchRecord
 from dynaspec.eval.hf_peer import sklearn_available
-from dynaspec.eval.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
+from dynaspec.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.models.loading import dtype_choice
 
 

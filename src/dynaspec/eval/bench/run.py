@@ -20,7 +20,7 @@ How a run goes
    and transformers; the 1-minute load average before each call is recorded.
 4. Every output is compared token for token with the target-alone output. A difference is
    reported on stderr (after the prompt's last method) and classified
-   (``dynaspec.eval.mismatch``; docs/design/architecture.md ("Lossless in bf16: ties")): one target
+   (``dynaspec.mismatch``; docs/design/architecture.md ("Lossless in bf16: ties")): one target
    forward over the common prefix; if both differing tokens lie within ``--tie-steps`` steps
    of the dtype (its eps x 2**floor(log2|top|)) of the top logit, it is a numerical ``tie``,
    anything else a ``BUG``.
@@ -86,6 +86,7 @@ from dynaspec.eval.bench.runner import MethodRunner
 from dynaspec.eval.data import Prompt
 from dynaspec.models.loading import eos_token_ids, load_models
 from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
+from dynaspec.prompts import render_prompt, should_use_chat
 
 SMOKE_PROMPTS: dict[str, tuple[str, ...]] = {  # task -> texts, byte-tokenized, no chat
     "smoke-short": ("Hello", "def f(x):", "The cat", "1, 2, 3,"),
@@ -501,10 +502,8 @@ def _render_prompts(
             BenchPrompt(p.task, p.id, tokenizer(p.text, return_tensors="pt").input_ids)
             for p in prompts
         ]
-    chat = {"yes": True, "no": False}.get(args.chat, data.should_use_chat(tokenizer))
-    return [
-        BenchPrompt(p.task, p.id, data.render_prompt(tokenizer, p.text, chat=chat)) for p in prompts
-    ]
+    chat = {"yes": True, "no": False}.get(args.chat, should_use_chat(tokenizer))
+    return [BenchPrompt(p.task, p.id, render_prompt(tokenizer, p.text, chat=chat)) for p in prompts]
 
 
 def _pad_id(target: Any, tokenizer: Any) -> int | None:

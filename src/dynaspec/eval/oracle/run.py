@@ -209,7 +209,7 @@ class _LazyModels:
             return [
                 PromptInput(task, pid, _smoke_ids(task, pid, self.args.seed)) for task, pid in keys
             ]
-        from dynaspec.eval.data import render_prompt, should_use_chat
+        from dynaspec.prompts import render_prompt, should_use_chat
 
         _, _, tokenizer = self._load()
         chat = should_use_chat(tokenizer)

@@ -168,8 +168,8 @@ class Alone:
 def _alone(target: Any, tokenizer: Any, results: list[LoadResult], max_tokens: int) -> dict:
     """Each prompt's greedy output from the target alone (generate() without a draft),
     rendered as the server renders a chat request: {prompt: Alone}."""
-    from dynaspec.eval.data import render_prompt
     from dynaspec.generation import generate
+    from dynaspec.prompts import render_prompt
 
     alone = {}
     for prompt in sorted({r.prompt for result in results for r in result.results}):
@@ -183,9 +183,9 @@ def _alone(target: Any, tokenizer: Any, results: list[LoadResult], max_tokens: i
 
 def differing(target: Any, result: LoadResult, alone: dict[str, Alone]) -> list[dict[str, Any]]:
     """The completed requests whose text differs from the target alone's, each with where
-    its tokens part and why (`eval/mismatch.py`: a tie or a BUG), from the ids the server
+    its tokens part and why (`dynaspec/mismatch.py`: a tie or a BUG), from the ids the server
     sent back; "unknown" where it sent none."""
-    from dynaspec.eval.mismatch import classify_mismatch, first_difference
+    from dynaspec.mismatch import classify_mismatch, first_difference
 
     found = []
     for r in result.results:

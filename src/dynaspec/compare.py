@@ -1,6 +1,6 @@
 """`dynaspec generate --compare`: the same prompt decoded by the target alone, timed, and
 whether the two outputs are identical; a greedy divergence is classified as a numerical tie
-or a bug (`dynaspec.eval.mismatch`)."""
+or a bug (`dynaspec.mismatch`)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def _classify(
     target: Any, input_ids: torch.Tensor, alone: torch.Tensor, speculative: torch.Tensor
 ) -> Any:
     """Classifies a greedy divergence: a numerical tie of the target's top logits, or a bug."""
-    from dynaspec.eval.mismatch import classify_mismatch
+    from dynaspec.mismatch import classify_mismatch
 
     start = input_ids.shape[1]
     return classify_mismatch(

@@ -1,5 +1,7 @@
-"""`dynaspec generate --prompts-file FILE --batch-size N`: many prompts, decoded in batches,
-one JSON line per prompt (its text, new tokens and stats), in the file's order.
+"""Prompts into input ids: one user message rendered with the model's chat template
+(`dynaspec generate`, the instruments), and `dynaspec generate --prompts-file FILE
+--batch-size N`: many prompts, decoded in batches, one JSON line per prompt (its text, new
+tokens and stats), in the file's order.
 
 A prompts file holds one prompt per line: plain text, or JSON objects with a "prompt" field
 (a .jsonl file); blank lines are skipped. Each batch is left-padded (the padding every row of
@@ -10,16 +12,52 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from tqdm.auto import tqdm
 
 from dynaspec.errors import InputError
-from dynaspec.eval.data import render_prompt
 from dynaspec.generation import generate
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+def should_use_chat(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """True when the tokenizer has a chat template (an instruct model)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, *, chat: bool) -> torch.Tensor:
+    """Input ids (1, T) int64 for one user message.
+
+    With ``chat=True`` and a tokenizer that has a chat template, the message is rendered as
+    a single user turn followed by the generation prompt; otherwise (``chat=False``, or no
+    template) the text is tokenized as is, with the tokenizer's usual special tokens.
+    """
+    if not text:
+        raise InputError("the prompt text is empty: give at least one character")
+    if chat and should_use_chat(tokenizer):
+        encoded: Any = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )
+    else:
+        encoded = tokenizer(text, return_tensors="pt")
+    # transformers 5 returns a BatchEncoding (a mapping); older versions may give the tensor
+    input_ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded
+    input_ids = torch.as_tensor(input_ids, dtype=torch.long)  # (1, T)
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
+        raise InputError(
+            f"rendering the prompt gave input ids of shape {tuple(input_ids.shape)}, "
+            "expected (1, T) with T >= 1: check the tokenizer and its chat template"
+        )
+    return input_ids
 
 
 def read_prompts(path: str | Path) -> list[str]:
