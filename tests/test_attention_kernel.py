@@ -11,7 +11,8 @@ import pytest
 import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 
-from dynaspec.backends import attention_kernel, decoder
+from dynaspec.backends import decoder
+from dynaspec.backends.kernels import attention as attention_kernel
 from dynaspec.backends.static import make_fast
 
 needs_kernel = pytest.mark.skipif(

@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from dynaspec.backends import int4_bf16_kernel, int4_kernel, pages, quant
+from dynaspec.backends import pages, quant
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
 from dynaspec.backends.pages import FileMapping, clean_file_mappings, drop_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and madvise")

@@ -11,8 +11,9 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends import int4_bf16_kernel as kernel
-from dynaspec.backends import int4_kernel, quant
+from dynaspec.backends import quant
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_bf16 as kernel
 from dynaspec.backends.quant import Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 

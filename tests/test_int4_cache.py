@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dynaspec.backends import int4_bf16_kernel, int4_cache, int4_kernel
+from dynaspec.backends import int4_cache
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
 
 
 @pytest.fixture

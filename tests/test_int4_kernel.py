@@ -10,7 +10,7 @@ import torch
 from tiny_models import tiny_model
 from torch import nn
 
-from dynaspec.backends import int4_kernel
+from dynaspec.backends.kernels import int4 as int4_kernel
 from dynaspec.backends.quant import INT4_TOLERANCE, Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 

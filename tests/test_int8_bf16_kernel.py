@@ -11,8 +11,8 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends import int8_bf16_kernel as kernel
-from dynaspec.backends.kernel_build import KernelSpec, cpu_has
+from dynaspec.backends.kernels import int8_bf16 as kernel
+from dynaspec.backends.kernels.build import KernelSpec, cpu_has
 from dynaspec.backends.quant import Int8Linear
 from dynaspec.backends.static import make_fast
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from dynaspec.backends import int8_kernel
-from dynaspec.backends.kernel_build import cpu_has
+from dynaspec.backends.kernels import int8 as int8_kernel
+from dynaspec.backends.kernels.build import cpu_has
 from dynaspec.backends.quant import Int8Linear
 
 needs_kernel = pytest.mark.skipif(

@@ -12,8 +12,9 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends import int4_kernel, w8a8_kernel
-from dynaspec.backends import w4a8_kernel as kernel
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import w4a8 as kernel
+from dynaspec.backends.kernels import w8a8 as w8a8_kernel
 from dynaspec.backends.quant import Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 from dynaspec.errors import ConfigError

@@ -13,7 +13,7 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends import w8a8_kernel as kernel
+from dynaspec.backends.kernels import w8a8 as kernel
 from dynaspec.backends.quant import Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 from dynaspec.errors import ConfigError

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dynaspec.backends import attention_kernel
+from dynaspec.backends.kernels import attention as attention_kernel
 from dynaspec.backends.pages import clean_file_mappings, trim_heap
 from dynaspec.backends.quant import quantize_linear, release_replaced
 from dynaspec.errors import UnsupportedModelError

@@ -24,7 +24,7 @@ from types import ModuleType
 
 import torch
 
-from dynaspec.backends import int4_kernel
+from dynaspec.backends.kernels import int4 as int4_kernel
 from dynaspec.paths import default_cache_dir
 
 VERSION = 1  # bump when int4_kernel.quantize or a kernel's layout changes

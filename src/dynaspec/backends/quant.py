@@ -72,15 +72,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import (
-    int4_bf16_kernel,
-    int4_cache,
-    int4_kernel,
-    int8_bf16_kernel,
-    int8_kernel,
-    w4a8_kernel,
-    w8a8_kernel,
-)
+from dynaspec.backends import int4_cache
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
+from dynaspec.backends.kernels import int8 as int8_kernel
+from dynaspec.backends.kernels import int8_bf16 as int8_bf16_kernel
+from dynaspec.backends.kernels import w4a8 as w4a8_kernel
+from dynaspec.backends.kernels import w8a8 as w8a8_kernel
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 

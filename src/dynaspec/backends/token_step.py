@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import attention_kernel, w4a8_kernel
-from dynaspec.backends.kernel_build import packed_matmul
+from dynaspec.backends.kernels import attention as attention_kernel
+from dynaspec.backends.kernels import w4a8 as w4a8_kernel
+from dynaspec.backends.kernels.build import packed_matmul
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,8 @@ def auto_draft_quantize(args: argparse.Namespace) -> bool:
         return False
     import torch
 
-    from dynaspec.backends import w4a8_kernel, w8a8_kernel
+    from dynaspec.backends.kernels import w4a8 as w4a8_kernel
+    from dynaspec.backends.kernels import w8a8 as w8a8_kernel
     from dynaspec.models.loading import dtype_choice
 
     if dtype_choice(args.dtype, pair=args.pair).dtype != torch.bfloat16:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 
-from dynaspec.backends import (
-    attention_kernel,
-    int4_bf16_kernel,
-    int4_kernel,
-    int8_bf16_kernel,
-    int8_kernel,
-    w4a8_kernel,
-    w8a8_kernel,
-)
+from dynaspec.backends.kernels import attention as attention_kernel
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
+from dynaspec.backends.kernels import int8 as int8_kernel
+from dynaspec.backends.kernels import int8_bf16 as int8_bf16_kernel
+from dynaspec.backends.kernels import w4a8 as w4a8_kernel
+from dynaspec.backends.kernels import w8a8 as w8a8_kernel
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import default_pair_name, model_presets, pair_presets

@@ -27,7 +27,7 @@ import ctypes
 
 import torch
 
-from dynaspec.backends.kernel_build import Kernel, KernelSpec, scaled_matmul
+from dynaspec.backends.kernels.build import Kernel, KernelSpec, scaled_matmul
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(

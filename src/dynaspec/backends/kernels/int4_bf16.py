@@ -19,8 +19,8 @@ import ctypes
 
 import torch
 
-from dynaspec.backends import int4_kernel
-from dynaspec.backends.kernel_build import Kernel, KernelSpec, packed_matmul
+from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels.build import Kernel, KernelSpec, packed_matmul
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(

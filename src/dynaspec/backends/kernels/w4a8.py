@@ -17,8 +17,8 @@ import ctypes
 
 import torch
 
-from dynaspec.backends import w8a8_kernel
-from dynaspec.backends.kernel_build import Kernel, KernelSpec, packed_matmul
+from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels.build import Kernel, KernelSpec, packed_matmul
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(

@@ -24,7 +24,7 @@ import ctypes
 
 import torch
 
-from dynaspec.backends.kernel_build import Kernel, KernelSpec
+from dynaspec.backends.kernels.build import Kernel, KernelSpec
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 SPEC = KernelSpec(

@@ -1,0 +1,1 @@
+"""dynaspec's compiled CPU kernels (csrc/), built once at first use."""
