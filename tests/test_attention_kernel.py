@@ -1,4 +1,4 @@
-"""The static decoder's attention over bf16 caches in C (backends/attention_kernel.py): that it
+"""The static decoder's attention over bf16 caches in C (backends/kernels/attention.py): that it
 computes what decoder.grouped_attention computes (to within the order of float32 sums), that
 a query's result does not depend on the other rows and tokens of its call, that a query with
 nothing to attend gets NaN as torch's softmax gives, where the decoder uses it and where it
@@ -12,7 +12,7 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 
 from dynaspec.backends import decoder
-from dynaspec.backends.kernels import attention as attention_kernel
+from dynaspec.backends.kernels.attention import KERNEL as attention_kernel
 from dynaspec.backends.static import make_fast
 
 needs_kernel = pytest.mark.skipif(

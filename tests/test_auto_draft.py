@@ -9,8 +9,8 @@ import argparse
 import pytest
 import torch
 
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels.w4a8 import KERNEL as w4a8_kernel
+from dynaspec.backends.kernels.w8a8 import KERNEL as w8a8_kernel
 from dynaspec.models import loading
 from dynaspec.models.arguments import auto_draft_quantize
 from dynaspec.models.dtype import DtypeChoice

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from dynaspec.backends import pages, quant
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
+from dynaspec.backends.kernels import int4_codes as int4_kernel
+from dynaspec.backends.kernels.int4_bf16 import KERNEL as int4_bf16_kernel
 from dynaspec.backends.pages import FileMapping, clean_file_mappings, drop_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and madvise")

@@ -1,4 +1,4 @@
-"""dynaspec's 4-bit matmul for bf16 activations (backends/int4_bf16_kernel.py): what it
+"""dynaspec's 4-bit matmul for bf16 activations (backends/kernels/int4_bf16.py): what it
 computes (the weights q * s + m), that a row of a many-token product is bitwise the
 one-token product whatever path the token count takes, that bf16 int4 layers use it, that a
 speculative int4 bf16 target gives its own output token for token, and that it stands
@@ -12,8 +12,8 @@ from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random
 from torch import nn
 
 from dynaspec.backends import quant
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import int4_bf16 as kernel
+from dynaspec.backends.kernels import int4_codes as int4_kernel
+from dynaspec.backends.kernels.int4_bf16 import KERNEL as kernel
 from dynaspec.backends.quant import Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 
@@ -37,7 +37,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_multiplies_the_weights_it_stands_for(rows, columns, tokens, with_bias) -> None:
     codes, bias, x = _problem(rows, columns, tokens)
     bias = bias if with_bias else None
-    out = kernel.int4_bf16_matmul(x, kernel.packed(*codes), 32, bias)
+    out = kernel.matmul(x, kernel.packed(*codes), 32, bias)
     expected = x.double() @ kernel.dequantize(*codes).double().T
     if bias is not None:
         expected = expected + bias.double()
@@ -50,11 +50,9 @@ def test_the_kernel_multiplies_the_weights_it_stands_for(rows, columns, tokens, 
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product(columns) -> None:
     codes, bias, x = _problem(128, columns, tokens=53, seed=3)
     packed = kernel.packed(*codes)
-    singles = torch.cat(
-        [kernel.int4_bf16_matmul(x[i : i + 1], packed, 32, bias) for i in range(53)]
-    )
+    singles = torch.cat([kernel.matmul(x[i : i + 1], packed, 32, bias) for i in range(53)])
     for tokens in (*range(1, 32), 47, 48, 49, 53):
-        many = kernel.int4_bf16_matmul(x[:tokens], packed, 32, bias)
+        many = kernel.matmul(x[:tokens], packed, 32, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -114,14 +112,14 @@ def test_a_bf16_int4_target_speculative_equals_itself_alone(schedule: str, monke
 
 
 def test_without_the_kernel_bf16_int4_layers_use_torchs_kernel(monkeypatch) -> None:
-    monkeypatch.setattr(kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(kernel, "state", {"function": None, "reason": "switched off"})
     assert not kernel.available() and kernel.unavailable_reason() == "switched off"
     quantized = Int4Linear(torch.randn(128, 64).to(torch.bfloat16), None)
     assert not quantized.kernel and quantized.scale_and_zero is not None
     assert quantized(torch.randn(6, 64).to(torch.bfloat16)).shape == (6, 128)
     with pytest.raises(RuntimeError, match="switched off"):
-        kernel.int4_bf16_matmul(torch.randn(1, 64), quantized.weight, 32, None)
-    monkeypatch.setattr(kernel.KERNEL, "state", {})
-    monkeypatch.setenv(kernel.ENV_SWITCH, "0")
-    assert kernel.ENV_SWITCH == "DYNASPEC_INT4BF16_KERNEL"
-    assert "not used" in kernel.readiness() and kernel.KERNEL.state == {}
+        kernel.matmul(torch.randn(1, 64), quantized.weight, 32, None)
+    monkeypatch.setattr(kernel, "state", {})
+    monkeypatch.setenv(kernel.SPEC.switch, "0")
+    assert kernel.SPEC.switch == "DYNASPEC_INT4BF16_KERNEL"
+    assert "not used" in kernel.readiness() and kernel.state == {}

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from dynaspec.backends import int4_cache
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
+from dynaspec.backends.kernels import int4_codes
+from dynaspec.backends.kernels.int4 import KERNEL as int4_kernel
+from dynaspec.backends.kernels.int4_bf16 import KERNEL as int4_bf16_kernel
 
 
 @pytest.fixture
@@ -17,13 +18,13 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(int4_cache, "MIN_WEIGHTS", 1)
     calls = []
-    search = int4_kernel.quantize
+    search = int4_codes.quantize
 
     def counted(weight, group):
         calls.append(weight.shape)
         return search(weight, group)
 
-    monkeypatch.setattr(int4_kernel, "quantize", counted)
+    monkeypatch.setattr(int4_codes, "quantize", counted)
     return calls
 
 
@@ -37,9 +38,9 @@ def test_a_second_load_reads_what_the_search_gave(cache) -> None:
     second = int4_cache.packed_layer(weight.clone(), 32, int4_bf16_kernel)
     assert len(cache) == 1  # searched once
     assert torch.equal(first[0], second[0]) and first[1] == second[1]
-    codes = int4_kernel.quantize(weight, 32)
+    codes = int4_codes.quantize(weight, 32)
     assert torch.equal(int4_bf16_kernel.packed(*codes), second[0])
-    assert second[1] == int4_kernel.relative_error(codes, weight)
+    assert second[1] == int4_codes.relative_error(codes, weight)
     assert len(list(int4_cache.folder().glob("*.safetensors"))) == 1
     assert second[0].data_ptr() % 64 == 0  # the kernels' aligned loads (a segfault else)
 

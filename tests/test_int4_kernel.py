@@ -1,4 +1,4 @@
-"""dynaspec's 4-bit matmul for float32 activations (backends/int4_kernel.py): what it computes,
+"""dynaspec's 4-bit matmul for float32 activations (backends/kernels/int4.py): what it computes,
 that a row of a many-token product is bitwise the one-token product, that weights already on
 a 4-bit grid (a q4_K GGUF's) come back exactly while finer layers stay in int8, and that it
 stands aside, with the reason, where it cannot be built."""
@@ -10,7 +10,8 @@ import torch
 from tiny_models import tiny_model
 from torch import nn
 
-from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_codes
+from dynaspec.backends.kernels.int4 import KERNEL as int4_kernel
 from dynaspec.backends.quant import INT4_TOLERANCE, Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 
@@ -38,7 +39,7 @@ def _grid_weight(
 def _product(rows: int, columns: int, tokens: int, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     weight = torch.randn(rows, columns, generator=generator) / 30
-    codes = int4_kernel.quantize(weight, 32)
+    codes = int4_codes.quantize(weight, 32)
     x = torch.randn(tokens, columns, generator=generator)
     bias = torch.randn(rows, generator=generator)
     return codes, x, bias
@@ -50,8 +51,8 @@ def _product(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_computes_the_product_with_the_4_bit_weights(rows, columns, with_bias) -> None:
     codes, x, bias = _product(rows, columns, tokens=7)
     bias = bias if with_bias else None
-    out = int4_kernel.int4_matmul(x, int4_kernel.packed(*codes), 32, bias)
-    expected = x.double() @ int4_kernel.dequantize(*codes).double().T
+    out = int4_kernel.matmul(x, int4_kernel.packed(*codes), 32, bias)
+    expected = x.double() @ int4_codes.dequantize(*codes).double().T
     if bias is not None:
         expected = expected + bias.double()
     assert out.shape == (7, rows) and out.dtype == torch.float32
@@ -63,11 +64,9 @@ def test_the_kernel_computes_the_product_with_the_4_bit_weights(rows, columns, w
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product(rows) -> None:
     codes, x, bias = _product(rows, 1536, tokens=19, seed=3)
     packed = int4_kernel.packed(*codes)
-    singles = torch.cat(
-        [int4_kernel.int4_matmul(x[i : i + 1], packed, 32, bias) for i in range(19)]
-    )
+    singles = torch.cat([int4_kernel.matmul(x[i : i + 1], packed, 32, bias) for i in range(19)])
     for tokens in range(1, 20):  # every pass: 6 tokens at a time, then the rest
-        many = int4_kernel.int4_matmul(x[:tokens], packed, 32, bias)
+        many = int4_kernel.matmul(x[:tokens], packed, 32, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -87,7 +86,7 @@ def test_the_packed_layout_puts_a_row_of_a_chunk_in_one_word() -> None:
 def test_weights_on_a_4_bit_grid_come_back_exactly() -> None:
     for levels in (16, 13):  # every level used, or some missing (the range is not 15 steps)
         weight = _grid_weight(16, 96, seed=levels, levels=levels)
-        back = int4_kernel.dequantize(*int4_kernel.quantize(weight, 32))
+        back = int4_codes.dequantize(*int4_codes.quantize(weight, 32))
         assert (back - weight).norm() / weight.norm() < 2e-3, levels
     # the control: the range over 15 alone misses a grid that does not use all 16 levels
     weight = _grid_weight(16, 96, seed=1, levels=12)
@@ -105,7 +104,7 @@ def test_grid_weights_rounded_to_bf16_keep_their_grid() -> None:
     for levels in (16, 13):
         exact = _grid_weight(64, 1536, seed=levels, levels=levels, centred=True)
         rounded = exact.bfloat16()
-        back = int4_kernel.dequantize(*int4_kernel.quantize(rounded, 32))
+        back = int4_codes.dequantize(*int4_codes.quantize(rounded, 32))
         rounding = (rounded.float() - exact).norm() / exact.norm()
         error = (back - rounded.float()).norm() / rounded.float().norm()
         assert error < 3 * rounding and error < INT4_TOLERANCE / 2, (levels, error, rounding)
@@ -147,21 +146,21 @@ def test_a_fast_draft_puts_every_layer_in_4_bits_and_a_target_does_not() -> None
 
 
 def test_without_the_kernel_int4_layers_use_torchs_kernel(monkeypatch) -> None:
-    monkeypatch.setattr(int4_kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(int4_kernel, "state", {"function": None, "reason": "switched off"})
     assert not int4_kernel.available() and int4_kernel.unavailable_reason() == "switched off"
     layer = nn.Linear(64, 48)
     quantized = Int4Linear(layer.weight.detach(), layer.bias)
     assert not quantized.kernel and quantized.error == 0.0
     assert quantized(torch.randn(3, 64)).shape == (3, 48)
     with pytest.raises(RuntimeError, match="switched off"):
-        int4_kernel.int4_matmul(torch.randn(1, 64), torch.zeros(6, 2, 160), 32, None)
+        int4_kernel.matmul(torch.randn(1, 64), torch.zeros(6, 2, 160), 32, None)
 
 
 def test_the_switch_is_reported_without_building(monkeypatch) -> None:
-    monkeypatch.setattr(int4_kernel.KERNEL, "state", {})
-    monkeypatch.setenv(int4_kernel.ENV_SWITCH, "0")
-    assert int4_kernel.ENV_SWITCH == "DYNASPEC_INT4_KERNEL"
+    monkeypatch.setattr(int4_kernel, "state", {})
+    monkeypatch.setenv(int4_kernel.SPEC.switch, "0")
+    assert int4_kernel.SPEC.switch == "DYNASPEC_INT4_KERNEL"
     line = int4_kernel.readiness()
     assert "not used" in line and "DYNASPEC_INT4_KERNEL=0" in line
-    assert int4_kernel.KERNEL.state == {}
-    assert int4_kernel.KERNEL.load() == (None, "DYNASPEC_INT4_KERNEL=0")
+    assert int4_kernel.state == {}
+    assert int4_kernel.load() == (None, "DYNASPEC_INT4_KERNEL=0")

@@ -1,4 +1,4 @@
-"""dynaspec's int8 matmul for bf16 activations (backends/int8_bf16_kernel.py): what it
+"""dynaspec's int8 matmul for bf16 activations (backends/kernels/int8_bf16.py): what it
 computes, that a row of a many-token product is bitwise the one-token product whatever path
 the token count takes (so a verification sees the logits of a step), that bf16 int8 layers
 use it without keeping bf16 codes, that a speculative int8 bf16 target gives its own output
@@ -11,8 +11,8 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends.kernels import int8_bf16 as kernel
 from dynaspec.backends.kernels.build import KernelSpec, cpu_has
+from dynaspec.backends.kernels.int8_bf16 import KERNEL as kernel
 from dynaspec.backends.quant import Int8Linear
 from dynaspec.backends.static import make_fast
 
@@ -37,7 +37,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_computes_the_scaled_int8_product(rows, columns, tokens, with_bias) -> None:
     codes, scale, bias, x = _problem(rows, columns, tokens)
     bias = bias if with_bias else None
-    out = kernel.int8_bf16_matmul(x, kernel.tiled(codes), scale, bias)
+    out = kernel.matmul(x, kernel.tiled(codes), scale, bias)
     expected = x.double() @ codes.double().T * scale.double()
     if bias is not None:
         expected = expected + bias.double()
@@ -50,12 +50,10 @@ def test_the_kernel_computes_the_scaled_int8_product(rows, columns, tokens, with
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product(columns) -> None:
     codes, scale, bias, x = _problem(128, columns, tokens=53, seed=3)
     tiled = kernel.tiled(codes)
-    singles = torch.cat(
-        [kernel.int8_bf16_matmul(x[i : i + 1], tiled, scale, bias) for i in range(53)]
-    )
+    singles = torch.cat([kernel.matmul(x[i : i + 1], tiled, scale, bias) for i in range(53)])
     # up to 5 tokens in registers; more by blocks, 6 at a time, 24 a pass over the codes
     for tokens in (*range(1, 32), 47, 48, 49, 53):
-        many = kernel.int8_bf16_matmul(x[:tokens], tiled, scale, bias)
+        many = kernel.matmul(x[:tokens], tiled, scale, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -106,27 +104,27 @@ def test_a_bf16_int8_target_speculative_equals_itself_alone(schedule: str) -> No
 
 
 def test_without_the_kernel_bf16_int8_layers_keep_torchs_kernels(monkeypatch) -> None:
-    monkeypatch.setattr(kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(kernel, "state", {"function": None, "reason": "switched off"})
     assert not kernel.available() and kernel.unavailable_reason() == "switched off"
     layer = nn.Linear(64, 128).to(torch.bfloat16)
     quantized = Int8Linear(layer.weight.detach(), layer.bias, dense_batches=True)
     assert not quantized.kernel and quantized.codes is not None  # verifies with bf16 codes
     assert quantized(torch.randn(6, 64).to(torch.bfloat16)).shape == (6, 128)
     with pytest.raises(RuntimeError, match="switched off"):
-        kernel.int8_bf16_matmul(torch.randn(1, 64), quantized.weight, quantized.scale, None)
+        kernel.matmul(torch.randn(1, 64), quantized.weight, quantized.scale, None)
 
 
 def test_the_compiler_flags_drop_cpuinfos_underscores(monkeypatch, tmp_path) -> None:
     assert kernel.SPEC.flags[-3:] == ("-mavx512f", "-mavx512bw", "-mavx512bf16")
     assert KernelSpec("x", (), ("avx2", "f16c"), "").flags[-2:] == ("-mavx2", "-mf16c")
-    monkeypatch.setenv(kernel.ENV_SWITCH, "0")
-    assert kernel.ENV_SWITCH == "DYNASPEC_INT8BF16_KERNEL"
-    assert kernel.KERNEL.load() == (None, f"{kernel.ENV_SWITCH}=0")
-    monkeypatch.delenv(kernel.ENV_SWITCH)
+    monkeypatch.setenv(kernel.SPEC.switch, "0")
+    assert kernel.SPEC.switch == "DYNASPEC_INT8BF16_KERNEL"
+    assert kernel.load() == (None, f"{kernel.SPEC.switch}=0")
+    monkeypatch.delenv(kernel.SPEC.switch)
     if not cpu_has("avx512f", "avx512bw", "avx512_bf16"):
-        assert "AVX512_BF16" in kernel.KERNEL.problem()
+        assert "AVX512_BF16" in kernel.problem()
         return
     monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
-    function, reason = kernel.KERNEL.load()
+    function, reason = kernel.load()
     assert function is None and "false failed on int8bf16_matmul.cpp" in reason

@@ -1,4 +1,4 @@
-"""dynaspec's int8 matmul for float32 activations (backends/int8_kernel.py): what it computes,
+"""dynaspec's int8 matmul for float32 activations (backends/kernels/int8.py): what it computes,
 that a row of a many-token product is bitwise the one-token product (so a verification sees
 the logits of a step), that int8 layers use it without keeping dense codes, and that it
 stands aside, with the reason, where it cannot be built."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from dynaspec.backends.kernels import int8 as int8_kernel
 from dynaspec.backends.kernels.build import cpu_has
+from dynaspec.backends.kernels.int8 import KERNEL as int8_kernel
 from dynaspec.backends.quant import Int8Linear
 
 needs_kernel = pytest.mark.skipif(
@@ -33,7 +33,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_computes_the_scaled_int8_product(rows, columns, with_bias) -> None:
     codes, scale, bias, x = _problem(rows, columns, tokens=7)
     bias = bias if with_bias else None
-    out = int8_kernel.int8_matmul(x, int8_kernel.tiled(codes), scale, bias)
+    out = int8_kernel.matmul(x, int8_kernel.tiled(codes), scale, bias)
     expected = x.double() @ codes.double().T * scale.double()
     if bias is not None:
         expected = expected + bias.double()
@@ -45,11 +45,9 @@ def test_the_kernel_computes_the_scaled_int8_product(rows, columns, with_bias) -
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
     codes, scale, bias, x = _problem(72, 1536, tokens=19, seed=3)
     tiled = int8_kernel.tiled(codes)
-    singles = torch.cat(
-        [int8_kernel.int8_matmul(x[i : i + 1], tiled, scale, bias) for i in range(19)]
-    )
+    singles = torch.cat([int8_kernel.matmul(x[i : i + 1], tiled, scale, bias) for i in range(19)])
     for tokens in range(1, 20):  # every tiling of the tokens: 3 at a time, then 2 or 1
-        many = int8_kernel.int8_matmul(x[:tokens], tiled, scale, bias)
+        many = int8_kernel.matmul(x[:tokens], tiled, scale, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -79,7 +77,7 @@ def test_int8_layers_use_the_kernel_in_float32_and_keep_no_dense_codes() -> None
 
 
 def test_without_the_kernel_int8_layers_use_torchs_kernels(monkeypatch) -> None:
-    monkeypatch.setattr(int8_kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(int8_kernel, "state", {"function": None, "reason": "switched off"})
     assert not int8_kernel.available()
     assert int8_kernel.unavailable_reason() == "switched off"
     layer = nn.Linear(64, 48)
@@ -87,26 +85,26 @@ def test_without_the_kernel_int8_layers_use_torchs_kernels(monkeypatch) -> None:
     assert not quantized.kernel and quantized.weight.shape == (48, 64)
     assert quantized(torch.randn(3, 64)).shape == (3, 48)
     with pytest.raises(RuntimeError, match="switched off"):
-        int8_kernel.int8_matmul(torch.randn(1, 64), quantized.weight, quantized.scale, None)
+        int8_kernel.matmul(torch.randn(1, 64), quantized.weight, quantized.scale, None)
 
 
 def test_the_switch_and_a_failing_compiler_are_reported(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv(int8_kernel.ENV_SWITCH, "0")
-    assert int8_kernel.KERNEL.load() == (None, f"{int8_kernel.ENV_SWITCH}=0")
-    monkeypatch.delenv(int8_kernel.ENV_SWITCH)
+    monkeypatch.setenv(int8_kernel.SPEC.switch, "0")
+    assert int8_kernel.load() == (None, f"{int8_kernel.SPEC.switch}=0")
+    monkeypatch.delenv(int8_kernel.SPEC.switch)
     if not cpu_has("avx2", "fma"):
         pytest.skip("this CPU has no AVX2/FMA: the compiler is never asked")
     monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
-    function, reason = int8_kernel.KERNEL.load()
+    function, reason = int8_kernel.load()
     assert function is None and "false failed on int8_matmul.cpp" in reason
 
 
 def test_readiness_says_why_without_building(monkeypatch) -> None:
-    monkeypatch.setattr(int8_kernel.KERNEL, "state", {})
-    monkeypatch.setenv(int8_kernel.ENV_SWITCH, "0")
+    monkeypatch.setattr(int8_kernel, "state", {})
+    monkeypatch.setenv(int8_kernel.SPEC.switch, "0")
     line = int8_kernel.readiness()
-    assert "not used" in line and f"{int8_kernel.ENV_SWITCH}=0" in line
-    assert int8_kernel.KERNEL.state == {}  # nothing was built or cached
-    monkeypatch.setattr(int8_kernel.KERNEL, "state", {"function": object(), "reason": None})
+    assert "not used" in line and f"{int8_kernel.SPEC.switch}=0" in line
+    assert int8_kernel.state == {}  # nothing was built or cached
+    monkeypatch.setattr(int8_kernel, "state", {"function": object(), "reason": None})
     assert int8_kernel.readiness().endswith("built")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
-from dynaspec.backends.kernels import int8_bf16 as int8_bf16_kernel
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels.int4_bf16 import KERNEL as int4_bf16_kernel
+from dynaspec.backends.kernels.int8_bf16 import KERNEL as int8_bf16_kernel
+from dynaspec.backends.kernels.w4a8 import KERNEL as w4a8_kernel
+from dynaspec.backends.kernels.w8a8 import KERNEL as w8a8_kernel
 from dynaspec.backends.quant import quantize_linear
 
 ROWS, COLUMNS = 128, 256

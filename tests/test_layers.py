@@ -14,9 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dynaspec"
 # other (policies, backends and drafters only meet in core's protocols).
 RANKS = {
     "errors": 0,
-    "cpu": 0,  # the CPU's flags (models/dtype.py, backends/int8_kernel.py)
+    "cpu": 0,  # the CPU's flags (models/dtype.py, backends/kernels/int8.py)
     "meminfo": 0,  # the memory available (models/memory.py, batch.py)
-    "paths": 0,  # the cache root (models/cache.py, backends/int8_kernel.py)
+    "paths": 0,  # the cache root (models/cache.py, backends/kernels/int8.py)
     "core": 1,
     "compat": 1.5,  # transformers' generation keywords -> the values core's round reads
     "policies": 2,

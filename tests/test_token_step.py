@@ -10,8 +10,8 @@ import torch
 from tiny_models import assert_speculative_equals_alone, noisy_copy, random_prompts, tiny_model
 
 from dynaspec.backends import token_step
-from dynaspec.backends.kernels import attention as attention_kernel
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
+from dynaspec.backends.kernels.attention import KERNEL as attention_kernel
+from dynaspec.backends.kernels.w4a8 import KERNEL as w4a8_kernel
 from dynaspec.backends.static import make_fast
 
 pytestmark = pytest.mark.skipif(

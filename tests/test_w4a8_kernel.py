@@ -1,4 +1,4 @@
-"""dynaspec's 4-bit x int8 matmul (backends/w4a8_kernel.py, `--quantize w4a8`): that it
+"""dynaspec's 4-bit x int8 matmul (backends/kernels/w4a8.py, `--quantize w4a8`): that it
 computes its reference bit for bit, that the reference is the product of the dequantized
 activations and 4-bit weights, that a row of a many-token product is bitwise the one-token
 product, that `quantize="w4a8"` puts 4-bit layers on it and finer ones on the w8a8 kernel
@@ -12,9 +12,9 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import w4a8 as kernel
-from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels import int4_codes as int4_kernel
+from dynaspec.backends.kernels.w4a8 import KERNEL as kernel
+from dynaspec.backends.kernels.w8a8 import KERNEL as w8a8_kernel
 from dynaspec.backends.quant import Int4Linear, Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 from dynaspec.errors import ConfigError
@@ -45,7 +45,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_computes_its_reference_bit_for_bit(rows, columns, tokens, with_bias) -> None:
     codes, bias, x = _problem(rows, columns, tokens)
     bias = bias if with_bias else None
-    out = kernel.w4a8_matmul(x, kernel.packed(*codes), 32, bias)
+    out = kernel.matmul(x, kernel.packed(*codes), 32, bias)
     assert out.shape == (tokens, rows) and out.dtype == torch.float32
     assert torch.equal(out, kernel.reference(x, *codes, bias))
 
@@ -64,9 +64,9 @@ def test_the_reference_is_the_product_of_the_dequantized_operands() -> None:
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
     codes, bias, x = _problem(128, 256, tokens=53, seed=3)
     packed = kernel.packed(*codes)
-    singles = torch.cat([kernel.w4a8_matmul(x[i : i + 1], packed, 32, bias) for i in range(53)])
+    singles = torch.cat([kernel.matmul(x[i : i + 1], packed, 32, bias) for i in range(53)])
     for tokens in (*range(1, 32), 47, 48, 49, 53):
-        many = kernel.w4a8_matmul(x[:tokens], packed, 32, bias)
+        many = kernel.matmul(x[:tokens], packed, 32, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -97,7 +97,7 @@ def test_w4a8_puts_four_bit_layers_on_the_kernel_and_finer_ones_on_w8a8() -> Non
 
 
 def test_without_the_kernel_w4a8_says_why(monkeypatch) -> None:
-    monkeypatch.setattr(kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(kernel, "state", {"function": None, "reason": "switched off"})
     with pytest.raises(ConfigError, match="w4a8 kernel, which does not run here: switched off"):
         quantize_linear(nn.Linear(128, 128), "w4a8")
 

@@ -1,4 +1,4 @@
-"""dynaspec's int8 x int8 matmul (backends/w8a8_kernel.py, `--quantize w8a8`): that it
+"""dynaspec's int8 x int8 matmul (backends/kernels/w8a8.py, `--quantize w8a8`): that it
 computes its reference bit for bit (activations quantized per token and group of 128
 columns, integer dot products per group), that the reference is the product of the
 dequantized activations and weights, that a row of a many-token product is bitwise the
@@ -13,7 +13,7 @@ import torch
 from tiny_models import assert_speculative_equals_alone, bf16_llama_pair, random_prompts
 from torch import nn
 
-from dynaspec.backends.kernels import w8a8 as kernel
+from dynaspec.backends.kernels.w8a8 import KERNEL as kernel
 from dynaspec.backends.quant import Int8Linear, quantize_linear
 from dynaspec.backends.static import make_fast
 from dynaspec.errors import ConfigError
@@ -42,7 +42,7 @@ def _problem(rows: int, columns: int, tokens: int, seed: int = 0):
 def test_the_kernel_computes_its_reference_bit_for_bit(rows, columns, tokens, with_bias) -> None:
     codes, scale, bias, x = _problem(rows, columns, tokens)
     bias = bias if with_bias else None
-    out = kernel.w8a8_matmul(x, kernel.tiled(codes), scale, bias)
+    out = kernel.matmul(x, kernel.tiled(codes), scale, bias)
     assert out.shape == (tokens, rows) and out.dtype == torch.float32
     assert torch.equal(out, kernel.reference(x, codes, scale, bias))
 
@@ -68,10 +68,10 @@ def test_the_reference_is_the_product_of_the_dequantized_activations() -> None:
 def test_a_row_of_many_tokens_is_bitwise_the_one_token_product() -> None:
     codes, scale, bias, x = _problem(128, 256, tokens=53, seed=3)
     tiled = kernel.tiled(codes)
-    singles = torch.cat([kernel.w8a8_matmul(x[i : i + 1], tiled, scale, bias) for i in range(53)])
+    singles = torch.cat([kernel.matmul(x[i : i + 1], tiled, scale, bias) for i in range(53)])
     # 1 token alone; 2-5 padded to a pass of 6; then passes of 6 and the rest
     for tokens in (*range(1, 32), 47, 48, 49, 53):
-        many = kernel.w8a8_matmul(x[:tokens], tiled, scale, bias)
+        many = kernel.matmul(x[:tokens], tiled, scale, bias)
         assert torch.equal(many, singles[:tokens]), tokens
 
 
@@ -107,7 +107,7 @@ def test_a_layer_the_kernel_cannot_serve_says_which_and_what_to_use() -> None:
 
 
 def test_without_the_kernel_w8a8_says_why(monkeypatch) -> None:
-    monkeypatch.setattr(kernel.KERNEL, "state", {"function": None, "reason": "switched off"})
+    monkeypatch.setattr(kernel, "state", {"function": None, "reason": "switched off"})
     with pytest.raises(ConfigError, match="switched off; use quantize='int8'"):
         quantize_linear(nn.Linear(128, 128), "w8a8")
 

@@ -1,5 +1,5 @@
 """This CPU's instruction-set flags, as Linux's /proc/cpuinfo names them (models/dtype.py picks
-the dtype by them, backends/kernel_build.py whether a compiled kernel can run)."""
+the dtype by them, backends/kernels/build.py whether a compiled kernel can run)."""
 
 from __future__ import annotations
 

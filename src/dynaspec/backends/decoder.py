@@ -24,14 +24,14 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dynaspec.backends.kernels import attention as attention_kernel
+from dynaspec.backends.kernels.attention import KERNEL as ATTENTION
 from dynaspec.backends.pages import clean_file_mappings, trim_heap
 from dynaspec.backends.quant import quantize_linear, release_replaced
 from dynaspec.errors import UnsupportedModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
-# Queries (rows x tokens) up to which attention over bf16 caches runs in attention_kernel:
+# Queries (rows x tokens) up to which attention over bf16 caches runs in kernels/attention.py:
 # beyond, grouped_attention's batched matmuls are about as fast or faster (2-core
 # AVX512-BF16 EPYC, 12 query heads over 2 key/value heads, d = 128, 256-512 slots: 1 query
 # 29 vs 170 us, 8 queries 199 vs 227 us, 20 queries 955 vs 679 us; whole forwards of the
@@ -158,7 +158,7 @@ def attention(
     mask: torch.Tensor,  # (B, n, A) bool
     scaling: float,
 ) -> torch.Tensor:
-    """(B, n, heads * d): each token's attention, heads merged; by attention_kernel for a few
+    """(B, n, heads * d): each token's attention, heads merged; by kernels/attention.py for a few
     queries over contiguous bf16 caches where it runs (not inside torch.compile: a C call
     would break the graph), else by grouped_attention."""
     rows, heads, n, dim = query.shape
@@ -167,9 +167,9 @@ def attention(
         and not torch.compiler.is_compiling()
         and key_cache.is_contiguous()
         and value_cache.is_contiguous()
-        and attention_kernel.supports(key_cache.dtype, heads, key_cache.shape[1], dim)
+        and ATTENTION.supports(key_cache.dtype, heads, key_cache.shape[1], dim)
     ):
-        return attention_kernel.attend(query, key_cache, value_cache, mask, scaling)
+        return ATTENTION.attend(query, key_cache, value_cache, mask, scaling)
     out = grouped_attention(query, key_cache, value_cache, mask, scaling)
     return out.transpose(1, 2).reshape(rows, n, heads * dim)
 

@@ -1,6 +1,6 @@
 """int4 layers kept on disk, so that a model quantized once loads without the grid search.
 
-`int4_kernel.quantize` fits each group's scale and offset by a grid search and least-squares
+`int4_codes.quantize` fits each group's scale and offset by a grid search and least-squares
 refits, and the layer is then measured (its relative error decides int4 or int8) and packed
 into its kernel's layout: about a minute and a half for Qwen2.5-Coder 1.5B on the 2-core
 AVX512-BF16 EPYC, at every load. `packed_layer(weight, group, kernel)` returns the same
@@ -20,26 +20,26 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
-from dynaspec.backends.kernels import int4 as int4_kernel
+from dynaspec.backends.kernels import int4_codes
+from dynaspec.backends.kernels.base import PackedKernel
 from dynaspec.paths import default_cache_dir
 
-VERSION = 1  # bump when int4_kernel.quantize or a kernel's layout changes
+VERSION = 1  # bump when int4_codes.quantize or a kernel's layout changes
 MIN_WEIGHTS = 1 << 20  # smaller layers are not cached
 SWITCH = "DYNASPEC_INT4_CACHE"
 
 
 def packed_layer(
-    weight: torch.Tensor, group: int, kernel: ModuleType
+    weight: torch.Tensor, group: int, kernel: PackedKernel
 ) -> tuple[torch.Tensor, float]:
-    """(kernel.packed(codes), error) of `int4_kernel.quantize(weight, group)`'s codes, the
-    error relative (`int4_kernel.relative_error`); from the cache when it holds them."""
+    """(kernel.packed(codes), error) of `int4_codes.quantize(weight, group)`'s codes, the
+    error relative (`int4_codes.relative_error`); from the cache when it holds them."""
     if weight.numel() < MIN_WEIGHTS or os.environ.get(SWITCH) == "0":
         return _build(weight, group, kernel)
-    path = folder() / f"{weight_key(weight, group, kernel.__name__)}.safetensors"
+    path = folder() / f"{weight_key(weight, group, kernel.SPEC.name)}.safetensors"
     found = _read(path)
     if found is not None:
         return found
@@ -48,9 +48,9 @@ def packed_layer(
     return packed, error
 
 
-def _build(weight: torch.Tensor, group: int, kernel: ModuleType) -> tuple[torch.Tensor, float]:
-    codes = int4_kernel.quantize(weight, group)
-    return kernel.packed(*codes), int4_kernel.relative_error(codes, weight)
+def _build(weight: torch.Tensor, group: int, kernel: PackedKernel) -> tuple[torch.Tensor, float]:
+    codes = int4_codes.quantize(weight, group)
+    return kernel.packed(*codes), int4_codes.relative_error(codes, weight)
 
 
 def folder() -> Path:

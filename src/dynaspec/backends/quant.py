@@ -37,7 +37,7 @@ The price is 2 more bytes per weight, so a draft (which never verifies) keeps no
 converts per call for its rare long forwards (a prefill, a catch-up).
 
 bf16 on a CPU with AVX512-BF16: int8 layers run on dynaspec's own kernel
-(backends/int8_bf16_kernel.py), which batches, and keep no bf16 codes. The whole 1.5B target
+(backends/kernels/int8_bf16.py), which batches, and keep no bf16 codes. The whole 1.5B target
 (static adapter, 200 tokens cached, same machine, nearly idle, 2 threads), milliseconds per
 forward of N tokens, median of 5:
 
@@ -49,7 +49,7 @@ forward of N tokens, median of 5:
 (peaks: the process while loading and converting the bf16 model.)
 
 float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 and int4 layers run
-on dynaspec's own kernels there (backends/int8_kernel.py, backends/int4_kernel.py), which
+on dynaspec's own kernels there (backends/kernels/int8.py and int4.py), which
 batch; int4 then keeps in int8 the layers that are finer than 4 bits (INT4_TOLERANCE).
 For dense weights, torch's F.linear (MKL) does not batch either; oneDNN's prepacked float32
 matmul does. The same layer, 2-core AMD EPYC, AVX2 only, nearly idle, milliseconds per
@@ -66,19 +66,13 @@ tokens: N = 1, 2, 4, 8, 16 cost 0.60, 1.14, 1.66, 1.76, 1.85 with F.linear and 0
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dynaspec.backends import int4_cache
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
-from dynaspec.backends.kernels import int8 as int8_kernel
-from dynaspec.backends.kernels import int8_bf16 as int8_bf16_kernel
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels.base import MatmulKernel
+from dynaspec.backends.kernels.registry import matmul_kernel
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
@@ -196,17 +190,17 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None,
         dense_batches: bool = False,
         prepack: bool = False,
-        kernel: ModuleType | None = None,
+        kernel: MatmulKernel | None = None,
     ) -> None:
         super().__init__()
         compute_dtype = weight.dtype
         codes, scale = int8_codes(weight)
         # dynaspec's own kernels, which batch, so no dense codes are kept: float32 on a CPU
-        # with AVX2 (backends/int8_kernel.py), bf16 on one with AVX512-BF16
-        # (backends/int8_bf16_kernel.py); each holds its codes in its own tiled layout and
+        # with AVX2 (backends/kernels/int8.py), bf16 on one with AVX512-BF16
+        # (backends/kernels/int8_bf16.py); each holds its codes in its own tiled layout and
         # its scale and bias in float32.
-        # `kernel` given: that one (w8a8_kernel quantizes the activations too).
-        self.kernel = kernel or _int8_kernel(compute_dtype, *weight.shape)
+        # `kernel` given: that one (w8a8 quantizes the activations too).
+        self.kernel = kernel or _fitting("int8", compute_dtype, *weight.shape)
         keep = dense_batches and not self.kernel
         self.codes = DenseWeight(codes.to(compute_dtype), prepack) if keep else None
         codes = self.kernel.tiled(codes) if self.kernel else codes
@@ -245,8 +239,8 @@ class Int8Linear(nn.Module):
 class Int4Linear(nn.Module):
     """y = x @ w.T + bias for 4-bit weights w in groups of input columns.
 
-    On dynaspec's own kernels (float32 on a CPU with AVX2: backends/int4_kernel.py; bf16 on
-    one with AVX512-BF16: backends/int4_bf16_kernel.py, which multiplies the codes in bf16):
+    On dynaspec's own kernels (float32 on a CPU with AVX2: backends/kernels/int4.py; bf16 on
+    one with AVX512-BF16: backends/kernels/int4_bf16.py, which multiplies the codes in bf16):
     w = q * s + m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far
     (relative) the 4-bit weights are from the layer's own (`quantize_linear` keeps a layer
     in int8 above INT4_TOLERANCE). Else torch's int4 kernel: w = (q - 8) * scale + zero per
@@ -254,16 +248,16 @@ class Int4Linear(nn.Module):
     """
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: ModuleType | None = None
+        self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: MatmulKernel | None = None
     ) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         self.in_features = in_features
         self.out_features = out_features
-        # `kernel` given: that one (w4a8_kernel quantizes the activations too).
-        self.kernel = kernel or _int4_kernel(weight.dtype, out_features, in_features)
+        # `kernel` given: that one (w4a8 quantizes the activations too).
+        self.kernel = kernel or _fitting("int4", weight.dtype, out_features, in_features)
         if self.kernel:
-            self.group_size = int4_kernel.GROUP_SIZES[0]
+            self.group_size = self.kernel.GROUP
             packed, self.error = int4_cache.packed_layer(weight, self.group_size, self.kernel)
             self.register_buffer("weight", packed)
             float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
@@ -318,8 +312,8 @@ def quantize_linear(
     mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8"/"int4":
     a quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
     "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
-    int8 kernel (backends/w8a8_kernel.py; a model whose outputs are its own). "w4a8": the
-    int4 codes on the 4-bit x int8 kernel (backends/w4a8_kernel.py), layers finer than 4 bits
+    int8 kernel (backends/kernels/w8a8.py; a model whose outputs are its own). "w4a8": the
+    int4 codes on the 4-bit x int8 kernel (backends/kernels/w4a8.py), layers finer than 4 bits
     as w8a8. `int4_everywhere`: int4 and w4a8 put every layer in 4 bits, those finer too (a
     draft's: its precision changes how often its tokens are accepted, never the output).
     """
@@ -334,13 +328,11 @@ def quantize_linear(
     if mode == "int8":
         return Int8Linear(weight, linear.bias, dense_batches, prepack)
     if mode == "w8a8":
-        return Int8Linear(weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape))
+        return Int8Linear(weight, linear.bias, kernel=_integer_kernel("w8a8", weight))
     if mode == "w4a8":
-        four = Int4Linear(weight, linear.bias, _integer_kernel(w4a8_kernel, *weight.shape))
+        four = Int4Linear(weight, linear.bias, _integer_kernel("w4a8", weight))
         if four.error > INT4_TOLERANCE and not int4_everywhere:  # finer: int8, same activations
-            return Int8Linear(
-                weight, linear.bias, kernel=_integer_kernel(w8a8_kernel, *weight.shape)
-            )
+            return Int8Linear(weight, linear.bias, kernel=_integer_kernel("w8a8", weight))
         return four
     if mode == "int4":
         quantized = Int4Linear(weight, linear.bias)
@@ -350,46 +342,39 @@ def quantize_linear(
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")
 
 
-def _int8_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:
-    """dynaspec's int8 kernel for activations of `dtype` where it runs and fits the layer."""
-    if dtype == torch.float32 and int8_kernel.supports(out_features, in_features):
-        return int8_kernel
-    if dtype == torch.bfloat16 and int8_bf16_kernel.supports(out_features, in_features):
-        return int8_bf16_kernel
-    return None
+def _fitting(
+    mode: str, dtype: torch.dtype, out_features: int, in_features: int
+) -> MatmulKernel | None:
+    """dynaspec's kernel for `mode` layers of `dtype` where it runs and fits the layer (the
+    registry's), else None: torch's kernels."""
+    kernel = matmul_kernel(mode, dtype)
+    return kernel if kernel is not None and kernel.supports(out_features, in_features) else None
 
 
-def _out(kernel: ModuleType, x: torch.Tensor) -> dict[str, torch.dtype]:
+def _out(kernel: MatmulKernel, x: torch.Tensor) -> dict[str, torch.dtype]:
     """The kernel writes bf16 for bf16 activations where it can (the same bits as converting
     its float32 afterwards, without that extra pass); otherwise float32, its default."""
     bf16 = x.dtype == torch.bfloat16 and kernel.SPEC.bf16_out
     return {"out_dtype": torch.bfloat16} if bf16 else {}
 
 
-def _integer_kernel(kernel: ModuleType, out_features: int, in_features: int) -> ModuleType:
-    """`kernel` (w8a8_kernel or w4a8_kernel: int8 activations), or a ConfigError saying why
-    it cannot serve this layer."""
-    mode = kernel.SPEC.name
-    if not kernel.available():
+def _integer_kernel(mode: str, weight: torch.Tensor) -> MatmulKernel:
+    """The kernel of `mode` (w8a8 or w4a8: int8 activations) for `weight`'s layer, or a
+    ConfigError saying why it cannot serve it."""
+    kernel = matmul_kernel(mode, weight.dtype)
+    if kernel is None or not kernel.available():
+        reason = "none serves this dtype" if kernel is None else kernel.unavailable_reason()
         raise ConfigError(
             f"quantize={mode!r} needs dynaspec's {mode} kernel, which does not run here: "
-            f"{kernel.unavailable_reason()}; use quantize='int8' (weights only)"
+            f"{reason}; use quantize='int8' (weights only)"
         )
+    out_features, in_features = weight.shape
     if not kernel.supports(out_features, in_features):
         raise ConfigError(
             f"quantize={mode!r} needs layer widths in multiples of 64 (out) and 128 (in); "
             f"this model has a {in_features} -> {out_features} layer: use quantize='int8'"
         )
     return kernel
-
-
-def _int4_kernel(dtype: torch.dtype, out_features: int, in_features: int) -> ModuleType | None:
-    """dynaspec's int4 kernel for activations of `dtype` where it runs and fits the layer."""
-    if dtype == torch.float32 and int4_kernel.supports(out_features, in_features):
-        return int4_kernel
-    if dtype == torch.bfloat16 and int4_bf16_kernel.supports(out_features, in_features):
-        return int4_bf16_kernel
-    return None
 
 
 def release_replaced(

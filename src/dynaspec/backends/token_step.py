@@ -27,9 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends.kernels import attention as attention_kernel
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-from dynaspec.backends.kernels.build import packed_matmul
+from dynaspec.backends.kernels.attention import KERNEL as ATTENTION
+from dynaspec.backends.kernels.w4a8 import KERNEL as W4A8
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class TokenStep:
             keys[0, :, position] = rotated[0, self.heads :]
             values[0, :, position] = qkv[0, queries * self.dim :].view(self.kv_heads, self.dim)
             query = rotated[:, : self.heads].view(1, self.heads, 1, self.dim)
-            attended = attention_kernel.attend(query, keys, values, mask, self.scaling)
+            attended = ATTENTION.attend(query, keys, values, mask, self.scaling)
             x = _matmul(attended.view(1, -1), layer.o, _residual(x, layer.o_bias))
             normed = F.rms_norm(x, x.shape[-1:], layer.post_norm, layer.eps)
             gate, up = _matmul(normed, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
@@ -101,7 +100,7 @@ def build(decoder: nn.Module) -> TokenStep | None:
     not apply (the decoder is left as it is)."""
     blocks = list(decoder.blocks)
     first = blocks[0].self_attn
-    if decoder.dtype != torch.bfloat16 or not attention_kernel.supports(
+    if decoder.dtype != torch.bfloat16 or not ATTENTION.supports(
         torch.bfloat16, first.num_heads, first.num_kv_heads, first.head_dim
     ):
         return None
@@ -115,7 +114,7 @@ def _fits(block: nn.Module) -> bool:
     attention = block.self_attn
     linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj)
     linears += (block.gate_proj, block.up_proj, block.down_proj)
-    on_kernel = all(getattr(layer, "kernel", None) is w4a8_kernel for layer in linears)
+    on_kernel = all(getattr(layer, "kernel", None) is W4A8 for layer in linears)
     norms = (block.input_layernorm, block.post_attention_layernorm)
     rms = all(
         type(n).__name__.endswith("RMSNorm") and hasattr(n, "variance_epsilon") for n in norms
@@ -163,7 +162,7 @@ def join(layers: tuple[nn.Module, ...]) -> tuple[torch.Tensor, torch.Tensor | No
 
 def _matmul(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """(1, N) bf16: rows (1, K) bf16 @ w.T + bias (float32), on the w4a8 kernel."""
-    return packed_matmul(w4a8_kernel.KERNEL, rows.contiguous(), packed, bias, torch.bfloat16)
+    return W4A8.packed_product(rows.contiguous(), packed, bias, torch.bfloat16)
 
 
 def _residual(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -239,13 +239,12 @@ def auto_draft_quantize(args: argparse.Namespace) -> bool:
         return False
     import torch
 
-    from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-    from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+    from dynaspec.backends.kernels.registry import KERNELS
     from dynaspec.models.loading import dtype_choice
 
     if dtype_choice(args.dtype, pair=args.pair).dtype != torch.bfloat16:
         return False
-    if not (w4a8_kernel.available() and w8a8_kernel.available()):
+    if not (KERNELS["w4a8"].available() and KERNELS["w8a8"].available()):
         return False
     args.draft_quantize = "w4a8"
     return True

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dynaspec.backends.kernels import attention as attention_kernel
-from dynaspec.backends.kernels import int4 as int4_kernel
-from dynaspec.backends.kernels import int4_bf16 as int4_bf16_kernel
-from dynaspec.backends.kernels import int8 as int8_kernel
-from dynaspec.backends.kernels import int8_bf16 as int8_bf16_kernel
-from dynaspec.backends.kernels import w4a8 as w4a8_kernel
-from dynaspec.backends.kernels import w8a8 as w8a8_kernel
+from dynaspec.backends.kernels.registry import KERNELS
 from dynaspec.models import cache as model_cache
 from dynaspec.models.dtype import machine_dtype
 from dynaspec.models.presets import default_pair_name, model_presets, pair_presets
@@ -79,13 +73,7 @@ def models_report(cache_dir: CacheDirArg = None) -> str:
     lines.append("")
     lines.append(f"cache: {root} (set DYNASPEC_CACHE to move it)")
     lines.append(f"dtype on this machine: {machine_dtype().line()}")
-    lines.append(int8_kernel.readiness())
-    lines.append(int8_bf16_kernel.readiness())
-    lines.append(int4_kernel.readiness())
-    lines.append(int4_bf16_kernel.readiness())
-    lines.append(w8a8_kernel.readiness())
-    lines.append(w4a8_kernel.readiness())
-    lines.append(attention_kernel.readiness())
+    lines.extend(kernel.readiness() for kernel in KERNELS.values())
     if missing_lines:
         lines.append("to install:")
         lines.extend(missing_lines)

@@ -15,80 +15,82 @@ compiler, no AVX-512, not x86-64, or `DYNASPEC_ATTENTION_KERNEL=0`) grouped_atte
 from __future__ import annotations
 
 import ctypes
+from typing import ClassVar
 
 import torch
 
-from dynaspec.backends.kernels.build import Kernel, KernelSpec
+from dynaspec.backends.kernels.base import CompiledKernel
+from dynaspec.backends.kernels.build import KernelSpec
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-SPEC = KernelSpec(
-    name="attention",
-    # q, B, heads, n, d, key cache, value cache, kv_heads, L, A, mask, scaling, out, threads
-    argtypes=(_P, _I, _I, _I, _I, _P, _P, _I, _I, _I, _P, ctypes.c_float, _P, _I),
-    cpu_flags=("avx512f",),
-    use="the static decoder's attention in bf16",
-    entry="bf16",
-)
-ENV_SWITCH = SPEC.switch  # "0": never use the kernel
-KERNEL = Kernel(SPEC)
-MAX_GROUPS = 16  # query heads a key/value head (csrc/attention_bf16.cpp)
-
-available = KERNEL.available
-unavailable_reason = KERNEL.unavailable_reason
-readiness = KERNEL.readiness
 
 
-def supports(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
-    """Whether attention of these shapes over caches of `dtype` can use the kernel (builds
-    it at the first call)."""
-    return _computes(dtype, heads, kv_heads, head_dim) and available()
+class AttentionKernel(CompiledKernel):
+    """Attention of a few queries over bf16 caches, heads merged, AVX-512."""
 
-
-def _computes(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
-    """Whether the kernel computes attention of these shapes over caches of `dtype`."""
-    shaped = head_dim % 16 == 0 and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUPS
-    return dtype == torch.bfloat16 and shaped
-
-
-@torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
-def attend(
-    query: torch.Tensor,  # (B, heads, n, d) bf16
-    key_cache: torch.Tensor,  # (B, kv_heads, L, d) bf16, contiguous
-    value_cache: torch.Tensor,  # (B, kv_heads, L, d) bf16, contiguous
-    mask: torch.Tensor,  # (B, n, A) bool, A <= L: may token i attend to slot j
-    scaling: float,
-) -> torch.Tensor:
-    """(B, n, heads * d) bf16: each token's attention output, heads merged (o_proj's input)."""
-    function = KERNEL.function()
-    if function is None:
-        raise RuntimeError(f"the attention kernel is not available: {unavailable_reason()}")
-    rows, heads, n, dim = query.shape
-    kv_heads, length = key_cache.shape[1], key_cache.shape[2]
-    query, mask = query.contiguous(), mask.contiguous()
-    if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
-        raise ValueError("the attention kernel reads contiguous caches")
-    if not _computes(key_cache.dtype, heads, kv_heads, dim) or mask.shape[-1] > length:
-        raise ValueError(
-            f"the attention kernel takes bf16 caches, d a multiple of 16 and at most "
-            f"{MAX_GROUPS} query heads a key/value head, attending at most the cache's "
-            f"{length} slots; got {key_cache.dtype}, d = {dim}, {heads} over {kv_heads} heads, "
-            f"{mask.shape[-1]} slots"
-        )
-    out = torch.empty(rows, n, heads * dim, dtype=torch.bfloat16)
-    function(
-        query.data_ptr(),
-        rows,
-        heads,
-        n,
-        dim,
-        key_cache.data_ptr(),
-        value_cache.data_ptr(),
-        kv_heads,
-        length,
-        mask.shape[-1],
-        mask.data_ptr(),
-        scaling,
-        out.data_ptr(),
-        torch.get_num_threads(),
+    SPEC: ClassVar[KernelSpec] = KernelSpec(
+        name="attention",
+        # q, B, heads, n, d, key cache, value cache, kv_heads, L, A, mask, scaling, out, threads
+        argtypes=(_P, _I, _I, _I, _I, _P, _P, _I, _I, _I, _P, ctypes.c_float, _P, _I),
+        cpu_flags=("avx512f",),
+        use="the static decoder's attention in bf16",
+        entry="bf16",
     )
-    return out
+    MAX_GROUPS = 16  # query heads a key/value head (csrc/attention_bf16.cpp)
+
+    def supports(self, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
+        """Whether attention of these shapes over caches of `dtype` can use the kernel (builds
+        it at the first call)."""
+        return self._computes(dtype, heads, kv_heads, head_dim) and self.available()
+
+    def _computes(self, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> bool:
+        """Whether the kernel computes attention of these shapes over caches of `dtype`."""
+        shaped = (
+            head_dim % 16 == 0 and heads % kv_heads == 0 and heads // kv_heads <= self.MAX_GROUPS
+        )
+        return dtype == torch.bfloat16 and shaped
+
+    @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
+    def attend(
+        self,
+        query: torch.Tensor,  # (B, heads, n, d) bf16
+        key_cache: torch.Tensor,  # (B, kv_heads, L, d) bf16, contiguous
+        value_cache: torch.Tensor,  # (B, kv_heads, L, d) bf16, contiguous
+        mask: torch.Tensor,  # (B, n, A) bool, A <= L: may token i attend to slot j
+        scaling: float,
+    ) -> torch.Tensor:
+        """(B, n, heads * d) bf16: each token's attention output, heads merged (o_proj's input)."""
+        function = self.runnable()
+        rows, heads, n, dim = query.shape
+        kv_heads, length = key_cache.shape[1], key_cache.shape[2]
+        query, mask = query.contiguous(), mask.contiguous()
+        if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
+            raise ValueError("the attention kernel reads contiguous caches")
+        if not self._computes(key_cache.dtype, heads, kv_heads, dim) or mask.shape[-1] > length:
+            raise ValueError(
+                f"the attention kernel takes bf16 caches, d a multiple of 16 and at most "
+                f"{self.MAX_GROUPS} query heads a key/value head, attending at most the cache's "
+                f"{length} slots; got {key_cache.dtype}, d = {dim}, {heads} over {kv_heads} heads, "
+                f"{mask.shape[-1]} slots"
+            )
+        out = torch.empty(rows, n, heads * dim, dtype=torch.bfloat16)
+        function(
+            query.data_ptr(),
+            rows,
+            heads,
+            n,
+            dim,
+            key_cache.data_ptr(),
+            value_cache.data_ptr(),
+            kv_heads,
+            length,
+            mask.shape[-1],
+            mask.data_ptr(),
+            scaling,
+            out.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return out
+
+
+KERNEL = AttentionKernel()

@@ -1,9 +1,7 @@
 """The 4-bit matmul for float32 activations on AVX2 (csrc/int4_matmul.cpp), built once.
 
-Weights w = q * s + m with codes q in 0..15 and a float16 scale s and offset m per row and
-group of 32 columns (q4_K's sub-blocks, so that a model converted from a q4_K GGUF comes
-back exactly): 0.625 bytes a weight (q4_K: 0.5625, int8: 1). A decoding step reads every
-weight once, so one token costs less than on the int8 kernel; decoding the codes costs
+The codes are int4_codes.py's (w = q * s + m, 0.625 bytes a weight). A decoding step reads
+every weight once, so one token costs less than on the int8 kernel; decoding the codes costs
 arithmetic, which a pass over the codes shares among up to 6 tokens. Ten 1536 -> 8960 and
 five 8960 -> 1536 layers (129 MB of codes and scales), 2-core AMD EPYC (Zen 3, AVX2 only),
 2 threads, milliseconds for all 15, best of 5, the int8 kernel on the same layers in the
@@ -14,201 +12,88 @@ same run (the machine is noisy, +-20% between runs):
     int4, this kernel              11.5   12.4   17.5   18.6   24.5   37.1   81.7
 
 A row of a T-token product is bitwise the one-token product (see the source). Built and
-loaded by backends/kernel_build.py; where it cannot be (no compiler, no AVX2/FMA/F16C, not
+loaded by kernels/build.py; where it cannot be (no compiler, no AVX2/FMA/F16C, not
 x86-64, or `DYNASPEC_INT4_KERNEL=0`), int4 layers use torch's int4 kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
+from typing import ClassVar
 
 import torch
 
-from dynaspec.backends.kernels.build import Kernel, KernelSpec
+from dynaspec.backends.kernels.base import PackedKernel
+from dynaspec.backends.kernels.build import KernelSpec
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
-SPEC = KernelSpec(
-    name="int4",
-    # x, T, K, codes, G, bias, N, scratch, y, threads
-    argtypes=(_P, _I, _I, _P, _I, _P, _I, _P, _P, _I),
-    cpu_flags=("avx2", "fma", "f16c"),
-    use="--quantize int4 in float32",
-)
-ENV_SWITCH = SPEC.switch  # "0": never use the kernel
-KERNEL = Kernel(SPEC)
-GROUP_SIZES = (32,)  # columns a scale and offset cover: q4_K's sub-blocks
 
 
-available = KERNEL.available  # whether it runs here (built at the first call)
-unavailable_reason = KERNEL.unavailable_reason  # why not (None when it does)
-readiness = KERNEL.readiness  # one line for `dynaspec models`, without building it
+class Int4Kernel(PackedKernel):
+    """4-bit codes, float32 activations, AVX2: tiles of 8 rows."""
 
-
-def group_size(in_features: int) -> int | None:
-    return next((g for g in GROUP_SIZES if in_features % g == 0), None)
-
-
-def supports(out_features: int, in_features: int) -> bool:
-    """Whether a layer of these widths can use the kernel (tiles of 8 rows, whole groups)."""
-    return out_features % 8 == 0 and group_size(in_features) is not None and available()
-
-
-def quantize(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
-    """(codes (N, K) uint8 in 0..15, scale (N, K/group) float16, offset (same)).
-
-    Each group's codes, scale s and offset m are the best fit (smallest squared error) of:
-    s from the group's range over 15, s from the gaps between its distinct values (`_step`),
-    both with m its minimum, then s and m refitted by least squares to the better one's
-    codes (REFITS times). Weights that already lie on a 4-bit grid (a model converted from
-    a q4_K GGUF) keep that grid: in float32 they come back exactly, up to the float16
-    rounding of s and m. Rounded to bf16 they sit off their grid points by up to 1/32 of a
-    step, so that the smallest gap alone misjudged s by up to 6% and the codes near 15 by
-    a whole step; on Qwen2.5-Coder-1.5B in bf16 a q4_K layer came back 1.5% off (above
-    INT4_TOLERANCE, so every layer stayed in int8), now 0.14% off, about bf16's own
-    rounding. s and m are rounded to float16 before the codes are chosen, so that q * s + m
-    is what the kernel computes."""
-    rows, columns = weight.shape
-    codes = torch.empty(rows, columns, dtype=torch.uint8)
-    scale = torch.empty(rows, columns // group, dtype=torch.float16)
-    offset = torch.empty_like(scale)
-    for first in range(0, rows, QUANTIZE_ROWS):  # bounds the float32 temporaries
-        part = slice(first, first + QUANTIZE_ROWS)
-        codes[part], scale[part], offset[part] = _quantize_rows(weight[part], group)
-    return codes, scale, offset
-
-
-QUANTIZE_ROWS = 2048  # rows fitted at a time (a whole head's temporaries took gigabytes)
-
-
-def _quantize_rows(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
-    """`quantize` for a few rows."""
-    rows, columns = weight.shape
-    groups = weight.detach().float().reshape(rows, columns // group, group)
-    low, high = groups.amin(-1), groups.amax(-1)
-    best = _better(
-        _fit(groups, low, (high - low) / 15.0),
-        _fit(groups, low, _step(groups, high - low)),
+    SPEC: ClassVar[KernelSpec] = KernelSpec(
+        name="int4",
+        # x, T, K, codes, G, bias, N, scratch, y, threads
+        argtypes=(_P, _I, _I, _P, _I, _P, _I, _P, _P, _I),
+        cpu_flags=("avx2", "fma", "f16c"),
+        use="--quantize int4 in float32",
     )
-    for _ in range(REFITS):
-        best = _better(best, _fit(groups, *_least_squares(groups, best[0])))
-    codes, scale, offset, _ = best
-    return codes.to(torch.uint8).reshape(rows, columns), scale, offset
+    MODE, DTYPES, INPUT = "int4", (torch.float32,), torch.float32
+    ROWS, WIDTH = 8, 32
+
+    def packed(
+        self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
+    ) -> torch.Tensor:
+        """The kernel's layout (see the source), (N/8, K/group, 32 + 4 * group) bytes: per tile
+        of 8 rows, group by group, the float16 scales and offsets of its rows, then a 32-bit
+        word a row and chunk of 8 columns, column k in bits 4k..4k+3."""
+        rows, columns = codes.shape
+        groups = scale.shape[1]
+        group = columns // groups
+        # (tile, row, group, chunk, byte, nibble): column = chunk * 8 + byte * 2 + nibble
+        v = codes.reshape(rows // 8, 8, groups, group // 8, 4, 2)
+        # (tile, group, chunk, row, 4)
+        words = (v[..., 0] | (v[..., 1] << 4)).permute(0, 2, 3, 1, 4)
+        body = words.reshape(rows // 8, groups, 4 * group)
+        header = torch.stack(
+            [scale.reshape(rows // 8, 8, groups), offset.reshape(rows // 8, 8, groups)], 1
+        )
+        header = header.permute(0, 3, 1, 2).contiguous().view(torch.uint8)  # (tile, group, 2, 16)
+        return torch.cat([header.reshape(rows // 8, groups, 32), body], -1).contiguous()
+
+    @torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
+    def matmul(
+        self,
+        rows: torch.Tensor,
+        codes: torch.Tensor,
+        group: int,
+        bias: torch.Tensor | None,
+        out_dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """rows (M, K) float32 @ w.T + bias (N,): (M, N) float32, where `codes` is `packed(...)`
+        of the weights w (N, K) in groups of `group` columns."""
+        function = self.runnable()
+        if out_dtype != torch.float32:
+            raise ValueError(f"the int4 kernel writes float32 only, not {out_dtype}")
+        rows = rows.to(torch.float32).contiguous()
+        tokens, columns = rows.shape
+        num_out = codes.shape[0] * 8
+        out = torch.empty(tokens, num_out, dtype=torch.float32)
+        scratch = torch.empty(tokens * (columns // group), dtype=torch.float32)  # groups' sums
+        function(
+            rows.data_ptr(),
+            tokens,
+            columns,
+            codes.data_ptr(),
+            group,
+            None if bias is None else bias.data_ptr(),
+            num_out,
+            scratch.data_ptr(),
+            out.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return out
 
 
-REFITS = 2  # least-squares refits after the first choice
-
-Fit = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _fit(groups: torch.Tensor, offset: torch.Tensor, scale: torch.Tensor) -> Fit:
-    """(codes, the float16 scale, the float16 offset, each group's squared error) for one
-    offset and scale a group."""
-    scale = scale.clamp_min(1e-6).half()  # float16's smallest normal: 6e-5
-    offset = offset.half()
-    codes = (groups - offset.float()[..., None]).div_(scale.float()[..., None])
-    codes = codes.round_().clamp_(0, 15)
-    error = codes * scale.float()[..., None] + offset.float()[..., None] - groups
-    return codes, scale, offset, error.square_().sum(-1)
-
-
-def _better(first: Fit, second: Fit) -> Fit:
-    """Per group, whichever of two fits has the smaller squared error."""
-    take = second[3] < first[3]  # (N, K/group)
-    codes = torch.where(take[..., None], second[0], first[0])
-    scale, offset, error = (
-        torch.where(take, b, a) for a, b in zip(first[1:], second[1:], strict=True)
-    )
-    return codes, scale, offset, error
-
-
-def _least_squares(groups: torch.Tensor, codes: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Each group's (offset, scale) with the smallest squared error of codes * scale +
-    offset (a group whose codes are all equal gets scale 0, which `_fit` clamps)."""
-    code_mean, weight_mean = codes.mean(-1), groups.mean(-1)
-    centred = codes - code_mean[..., None]
-    spread = centred.square().sum(-1)
-    covariance = (centred * (groups - weight_mean[..., None])).sum(-1)
-    scale = torch.where(spread > 0, covariance / spread.clamp_min(1e-12), 0.0)
-    return weight_mean - scale * code_mean, scale
-
-
-def _step(groups: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
-    """Each group's step between adjacent grid points, as the mean of the gaps between its
-    sorted distinct values that lie within 1.5x the smallest (one step each, each off by the
-    rounding of its two ends, which the mean averages out); its range where it has none."""
-    gaps = groups.sort(-1).values.diff(dim=-1)
-    gaps = torch.where(gaps > span[..., None] * 1e-4, gaps, torch.inf)
-    smallest = gaps.amin(-1, keepdim=True)
-    adjacent = gaps <= 1.5 * smallest
-    mean = torch.where(adjacent, gaps, 0.0).sum(-1) / adjacent.sum(-1).clamp_min(1)
-    return torch.where(torch.isfinite(smallest.squeeze(-1)), mean, span)
-
-
-def relative_error(codes: tuple[torch.Tensor, ...], weight: torch.Tensor) -> float:
-    """|dequantize(*codes) - weight| / |weight| (Frobenius), QUANTIZE_ROWS rows at a time."""
-    error = total = 0.0
-    for first in range(0, weight.shape[0], QUANTIZE_ROWS):
-        rows = slice(first, first + QUANTIZE_ROWS)
-        part = weight[rows].float()
-        approximation = dequantize(*(tensor[rows] for tensor in codes))
-        error += float((approximation - part).square().sum())
-        total += float(part.square().sum())
-    return (error / max(total, 1e-60)) ** 0.5
-
-
-def dequantize(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """The float32 (N, K) weights the codes stand for."""
-    rows, columns = codes.shape
-    group = columns // scale.shape[1]
-    grouped = codes.float().reshape(rows, -1, group)
-    return (grouped * scale.float()[..., None] + offset.float()[..., None]).reshape(rows, columns)
-
-
-def packed(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    """The kernel's layout (see the source), (N/8, K/group, 32 + 4 * group) bytes: per tile
-    of 8 rows, group by group, the float16 scales and offsets of its rows, then a 32-bit
-    word a row and chunk of 8 columns, column k in bits 4k..4k+3."""
-    rows, columns = codes.shape
-    groups = scale.shape[1]
-    group = columns // groups
-    # (tile, row, group, chunk, byte, nibble): column = chunk * 8 + byte * 2 + nibble
-    v = codes.reshape(rows // 8, 8, groups, group // 8, 4, 2)
-    words = (v[..., 0] | (v[..., 1] << 4)).permute(0, 2, 3, 1, 4)  # (tile, group, chunk, row, 4)
-    body = words.reshape(rows // 8, groups, 4 * group)
-    header = torch.stack(
-        [scale.reshape(rows // 8, 8, groups), offset.reshape(rows // 8, 8, groups)], 1
-    )
-    header = header.permute(0, 3, 1, 2).contiguous().view(torch.uint8)  # (tile, group, 2, 16)
-    return torch.cat([header.reshape(rows // 8, groups, 32), body], -1).contiguous()
-
-
-@torch.compiler.disable  # an opaque C call: compiled graphs call it as it is
-def int4_matmul(
-    rows: torch.Tensor, codes: torch.Tensor, group: int, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """rows (M, K) float32 @ w.T + bias (N,): (M, N) float32, where `codes` is `packed(...)`
-    of the weights w (N, K) in groups of `group` columns."""
-    function = KERNEL.function()
-    if function is None:
-        raise RuntimeError(f"the int4 kernel is not available: {unavailable_reason()}")
-    rows = rows.to(torch.float32).contiguous()
-    tokens, columns = rows.shape
-    num_out = codes.shape[0] * 8
-    out = torch.empty(tokens, num_out, dtype=torch.float32)
-    scratch = torch.empty(tokens * (columns // group), dtype=torch.float32)  # groups' sums of x
-    function(
-        rows.data_ptr(),
-        tokens,
-        columns,
-        codes.data_ptr(),
-        group,
-        None if bias is None else bias.data_ptr(),
-        num_out,
-        scratch.data_ptr(),
-        out.data_ptr(),
-        torch.get_num_threads(),
-    )
-    return out
-
-
-matmul = int4_matmul  # what Int4Linear calls, whichever of the int4 kernels it holds
+KERNEL = Int4Kernel()

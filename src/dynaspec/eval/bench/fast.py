@@ -89,7 +89,7 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod("int8-adaptive-int4", "int8", "int4", "int8-target", "int8 target, int4 draft"),
         FastMethod("int4-target", "int4", None, None, "int4 static-cache target alone"),
         # On a CPU with AVX512-BF16 the int4 target's q4_K layers run on dynaspec's bf16 int4
-        # kernel (backends/int4_bf16_kernel.py, 0.625 bytes a weight), the rest on the int8 one.
+        # kernel (backends/kernels/int4_bf16.py, 0.625 bytes a weight), the rest on the int8 one.
         FastMethod(
             "int4-adaptive", "int4", "int8", "int4-target", "int4 target, int8 draft, adaptive"
         ),
@@ -98,12 +98,12 @@ FAST_METHODS: dict[str, FastMethod] = {
             "fast-hybrid", "bf16", "int8", "static-target", "bf16 static, int8 draft + lookup", True
         ),
         # On a CPU with AVX512-BF16 both int8 models run on dynaspec's bf16 int8 kernel
-        # (backends/int8_bf16_kernel.py): 1 byte a weight, verification that batches.
+        # (backends/kernels/int8_bf16.py): 1 byte a weight, verification that batches.
         FastMethod("int8-hybrid", "int8", "int8", "int8-target", "int8 both + lookup", True),
         FastMethod(
             "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
         ),
-        # int8 weights and activations (backends/w8a8_kernel.py, AVX512-VNNI): a target of
+        # int8 weights and activations (backends/kernels/w8a8.py, AVX512-VNNI): a target of
         # its own, whose verification of 6-8 tokens costs less than the bf16 int8 kernel's.
         FastMethod("w8a8-target", "w8a8", None, None, "w8a8 static-cache target alone"),
         FastMethod(
@@ -113,7 +113,7 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "w8a8-hybrid-w4a8", "w8a8", "w4a8", "w8a8-target", "w8a8, w4a8 draft + lookup", True
         ),
-        # 4-bit weights and int8 activations (backends/w4a8_kernel.py; finer layers w8a8)
+        # 4-bit weights and int8 activations (backends/kernels/w4a8.py; finer layers w8a8)
         FastMethod("w4a8-target", "w4a8", None, None, "w4a8 static-cache target alone"),
         FastMethod(
             "w4a8-adaptive", "w4a8", "int8", "w4a8-target", "w4a8 target, int8 draft, adaptive"
@@ -156,7 +156,7 @@ FAST_METHODS: dict[str, FastMethod] = {
         FastMethod(
             "static-hybrid-llamacpp", "bf16", "llamacpp", "static-target", "llama.cpp+lookup", True
         ),
-        # The int8 target on dynaspec's own AVX2 kernel (backends/int8_kernel.py, float32
+        # The int8 target on dynaspec's own AVX2 kernel (backends/kernels/int8.py, float32
         # activations) with the llama.cpp draft: the fastest pairing on an AVX2-only CPU.
         FastMethod(
             "int8-adaptive-llamacpp", "int8", "llamacpp", "int8-target", "int8, llama.cpp draft"
@@ -169,7 +169,7 @@ FAST_METHODS: dict[str, FastMethod] = {
             "int8, llama.cpp+lookup",
             True,
         ),
-        # The int4 target on dynaspec's own AVX2 kernel (backends/int4_kernel.py, 0.625
+        # The int4 target on dynaspec's own AVX2 kernel (backends/kernels/int4.py, 0.625
         # bytes a weight; layers finer than 4 bits in int8), with the llama.cpp draft.
         FastMethod(
             "int4-adaptive-llamacpp", "int4", "llamacpp", "int4-target", "int4, llama.cpp draft"

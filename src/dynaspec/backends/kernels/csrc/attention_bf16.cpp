@@ -17,9 +17,9 @@
 // Layouts: q (B, heads, n, d) and the caches (B, kv_heads, L, d) bf16, contiguous; mask
 // (B, n, A) bytes (0: hidden), A <= L; out (B, n, heads, d) bf16: the merged heads of each
 // token, what o_proj takes. d a multiple of 16, heads / kv_heads at most MAX_GROUPS
-// (attention_kernel.supports).
+// (AttentionKernel.supports).
 //
-// Built at first use by dynaspec/backends/kernel_build.py (-O3 -mavx512f -fopenmp), linked to
+// Built at first use by dynaspec/backends/kernels/build.py (-O3 -mavx512f -fopenmp), linked to
 // torch's own OpenMP runtime.
 #include <immintrin.h>
 #include <math.h>
@@ -175,7 +175,7 @@ extern "C" void dynaspec_attention_bf16(const uint16_t* q, int B, int heads, int
                                        int L, int A, const uint8_t* mask, float scaling,
                                        uint16_t* out, int threads) {
     if (d % 16 || kv_heads <= 0 || heads % kv_heads || heads / kv_heads > MAX_GROUPS || A > L)
-        return;  // attention_kernel.supports() refuses these first
+        return;  // AttentionKernel.supports() refuses these first
     const Shape s{n, d, heads, kv_heads, heads / kv_heads, L, A, scaling};
     const int jobs = B * kv_heads * n;
 #pragma omp parallel num_threads(threads)

@@ -22,7 +22,7 @@
 // pair products (from 0) times s, then m times the group's sum of x, whatever T and the
 // blocking are: a row of a T-token product is bitwise the one-token product.
 //
-// Built at first use by dynaspec/backends/kernel_build.py with the system C++ compiler
+// Built at first use by dynaspec/backends/kernels/build.py with the system C++ compiler
 // (-O3 -mavx512f -mavx512bw -mavx512bf16 -fopenmp), linked to torch's own OpenMP runtime.
 #include <vector>
 

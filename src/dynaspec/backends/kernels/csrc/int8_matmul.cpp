@@ -3,7 +3,7 @@
 //
 // Why: a decoding step on a CPU reads every weight once; int8 reads a quarter of float32's
 // bytes, and torch's int8 kernels do not pay on a CPU without AVX512 (numbers in
-// int8_kernel.py). Here each code is read once per tile, widened to float32 in registers
+// kernels/int8.py). Here each code is read once per tile, widened to float32 in registers
 // and multiplied into every token of the tile.
 //
 // Layout: the codes are stored in tiles of 8 rows, interleaved by 8 columns,
@@ -17,7 +17,7 @@
 // so a row of a T-token product is bitwise the one-token product (a verification sees the
 // logits a step would). Built with -ffp-contract=off so that no path fuses differently.
 //
-// Built at first use by dynaspec/backends/kernel_build.py with the system C++ compiler
+// Built at first use by dynaspec/backends/kernels/build.py with the system C++ compiler
 // (-O3 -mavx2 -mfma -fopenmp) and linked to torch's own OpenMP runtime.
 #include <immintrin.h>
 #include <stdint.h>

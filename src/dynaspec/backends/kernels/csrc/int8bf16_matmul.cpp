@@ -4,14 +4,14 @@
 // Why: a decoding step reads every weight once, so int8 reads half of bf16's bytes; but
 // torch's int8 kernel for bf16 (`_weight_int8pack_mm`) does not batch, so a verification over
 // 8-16 tokens cost 3-6 single steps and the int8 target kept a second, bf16 copy of its
-// weights to verify with (numbers in int8_bf16_kernel.py). Here the codes are widened to bf16
+// weights to verify with (numbers in kernels/int8_bf16.py). Here the codes are widened to bf16
 // in registers (integers up to 127 are exact in bf16) and multiplied as bf16_tiles.h says;
 // the scale is applied to each finished row.
 //
 // Layout: [N/64][K/2][64 rows][2 codes]: a tile of 64 rows is one sequential stream, and one
 // column pair of 16 rows (32 bytes) is one vector once widened.
 //
-// Built at first use by dynaspec/backends/kernel_build.py with the system C++ compiler
+// Built at first use by dynaspec/backends/kernels/build.py with the system C++ compiler
 // (-O3 -mavx512f -mavx512bw -mavx512bf16 -fopenmp), linked to torch's own OpenMP runtime.
 #include "bf16_tiles.h"
 

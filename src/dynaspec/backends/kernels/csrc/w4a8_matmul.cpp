@@ -1,5 +1,5 @@
 // y = dq(x) @ w.T + bias for bf16 activations x (T, K) and 4-bit weights w = q * s + m (a
-// code q in 0..15 and float16 s, m per row and group of 32 columns: int4_kernel.quantize),
+// code q in 0..15 and float16 s, m per row and group of 32 columns: int4_codes.quantize),
 // the activations quantized to int8 per token and group of 128 columns (int8_activations.h),
 // the products in integers with VPDPBUSD (AVX512-VNNI); y float32, or bf16
 // (bf16_tiles.h's Out).
@@ -23,9 +23,9 @@
 // x 15 x 127, exact in float32), then per group, in group order, float32 products and adds
 // ((sum * s + m * sum a) * A added to the total; no fused multiply-adds: -ffp-contract=off),
 // whatever T is: a row of a T-token product is bitwise the one-token product, and
-// w4a8_kernel.reference computes the same bits.
+// W4a8Kernel.reference computes the same bits.
 //
-// Built at first use by dynaspec/backends/kernel_build.py (-O3 -mavx512f -mavx512bw
+// Built at first use by dynaspec/backends/kernels/build.py (-O3 -mavx512f -mavx512bw
 // -mavx512vnni -fopenmp), linked to torch's own OpenMP runtime.
 #include "bf16_tiles.h"
 #include "int8_activations.h"

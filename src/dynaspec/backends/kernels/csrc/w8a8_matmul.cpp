@@ -19,10 +19,10 @@
 // output (row, token) is one lane: exact integer sums per group, then float32 adds of
 // float(sum) * s[t][g] in group order (separate multiply and add, no fused ones:
 // -ffp-contract=off), whatever T and the blocking are. So a row of a T-token product is
-// bitwise the one-token product, and w8a8_kernel.reference computes the same bits.
+// bitwise the one-token product, and W8a8Kernel.reference computes the same bits.
 //
 // Passes of 6 tokens (2 to 5 padded with zero tokens) as int8_activations.h says. Built at
-// first use by dynaspec/backends/kernel_build.py (-O3 -mavx512f -mavx512bw -mavx512vnni
+// first use by dynaspec/backends/kernels/build.py (-O3 -mavx512f -mavx512bw -mavx512vnni
 // -fopenmp), linked to torch's own OpenMP runtime.
 #include "bf16_tiles.h"
 #include "int8_activations.h"

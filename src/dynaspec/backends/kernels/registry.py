@@ -1,0 +1,33 @@
+"""Every compiled kernel, by name: the one list that `dynaspec models`, the quantizer and the
+CLI read. A new kernel is a file in this folder (a subclass of `base.CompiledKernel`, or of
+`base.ScaledKernel` / `base.PackedKernel` for a quantized matmul, with its `SPEC`) and one
+line below; a matmul kernel then serves the layers of its `MODE` and `DTYPES`."""
+
+from __future__ import annotations
+
+import torch
+
+from dynaspec.backends.kernels import attention, int4, int4_bf16, int8, int8_bf16, w4a8, w8a8
+from dynaspec.backends.kernels.base import CompiledKernel, MatmulKernel
+
+# In the order `dynaspec models` lists them; for a mode and dtype, the first that serves it.
+KERNELS: dict[str, CompiledKernel] = {
+    kernel.SPEC.name: kernel
+    for kernel in (
+        int8.KERNEL,
+        int8_bf16.KERNEL,
+        int4.KERNEL,
+        int4_bf16.KERNEL,
+        w8a8.KERNEL,
+        w4a8.KERNEL,
+        attention.KERNEL,
+    )
+}
+
+
+def matmul_kernel(mode: str, dtype: torch.dtype) -> MatmulKernel | None:
+    """The kernel that computes `--quantize mode` layers of `dtype`, or None (torch's)."""
+    for kernel in KERNELS.values():
+        if isinstance(kernel, MatmulKernel) and mode == kernel.MODE and dtype in kernel.DTYPES:
+            return kernel
+    return None
