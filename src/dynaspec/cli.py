@@ -446,6 +446,12 @@ def _loadtest(p: argparse.ArgumentParser) -> None:
     add_loadtest_arguments(p)  # its runner and check too
 
 
+def _results(p: argparse.ArgumentParser) -> None:
+    from dynaspec.eval.results.run import add_results_arguments
+
+    add_results_arguments(p)  # its runner too
+
+
 # The instruments' subcommands: name, help, the function adding its arguments and runner.
 _INSTRUMENTS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("bench", "benchmark schedules and peers side by side", _bench),
@@ -457,6 +463,7 @@ _INSTRUMENTS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], 
         "concurrent clients against dynaspec serve (or --url), outputs checked",
         _loadtest,
     ),
+    ("results", "docs/results.md and the README's hardware table from benchmarks/", _results),
 )
 
 
