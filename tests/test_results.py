@@ -144,7 +144,7 @@ def test_every_committed_record_is_read(tmp_path: Path) -> None:
     """The committed suites' records all load; a dry run's projection is left out."""
     runs = read_runs(ROOT)
     kinds = {run.kind for run in runs}
-    assert {"bench", "batch", "loadtest", "memory", "projection"} <= kinds
+    assert {"bench", "batch", "loadtest", "memory", "cross", "projection"} <= kinds
     assert not any("dry-run" in run.path for run in runs)
     shutil.copytree(ROOT / "benchmarks" / "gpu", tmp_path / "benchmarks" / "gpu")
     assert all(run.machine_class == "CUDA GPU" for run in read_runs(tmp_path))

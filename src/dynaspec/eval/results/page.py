@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from dynaspec.eval.results.records import Run, Table
 
 # the order suites appear in (others follow, by name)
-SUITE_ORDER = ("speed", "grounded", "batch", "serve", "memory", "gpu")
+SUITE_ORDER = ("speed", "grounded", "batch", "serve", "memory", "cross", "gpu")
 SUITE_TITLES = {
     "speed": "Speed per CPU class (`dynaspec bench`)",
     "grounded": "Free drafts on grounded and open-ended prompts (`dynaspec bench`)",
     "batch": "Batches (`dynaspec bench --batch`)",
     "serve": "Serving under concurrent clients (`dynaspec loadtest`)",
     "memory": "Peak memory (`dynaspec generate`)",
+    "cross": "A draft of another family: other tokenizers (eval/cross_bench.py)",
     "gpu": "GPU: random weights of real shapes (`dynaspec devicecheck`, `dynaspec project`)",
 }
 NOTES = {

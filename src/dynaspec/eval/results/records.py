@@ -6,6 +6,7 @@ The kinds read (benchmarks/README.md names the suites):
 - `batch.jsonl`: `dynaspec bench --batch`, one record per (method, batch size);
 - `loadtest-*.json`: `dynaspec loadtest`, one run per client count;
 - `memory.jsonl`: benchmarks/memory/run.sh, one record per setting;
+- `cross-bench.json`: eval/cross_bench.py, a draft of another family, per method;
 - `projection.json` (with its folder's `devicecheck.json`): `dynaspec project` on a GPU's
   costs. A dry run's (a CPU standing in for the GPU) says nothing about a GPU and is skipped.
 Other files (plots, rendered tables, traces) are not figures of the results page.
@@ -64,7 +65,7 @@ class Run:
 
     suite: str  # benchmarks/<suite>/...
     path: str  # relative to the repository root
-    kind: str  # bench | batch | loadtest | memory | projection
+    kind: str  # bench | batch | loadtest | memory | cross | projection
     machine_class: str  # "AVX2 CPU", "AVX512-BF16 CPU", "CUDA GPU", ...
     machine: str  # the machine in words: model, cores, flags
     date: str  # YYYY-MM-DD
@@ -340,7 +341,43 @@ def _projection(path: Path, suite: str, rel: str) -> Run | None:
     )
 
 
+def _cross(path: Path, suite: str, rel: str) -> Run:
+    """`python -m dynaspec.eval.cross_bench`: a draft of another family (eval/cross_bench.py)."""
+    record = json.loads(path.read_text(encoding="utf-8"))
+    config = record["config"]
+    rows = tuple(
+        (
+            f"`{method}`",
+            _tps(figures["tok_per_s"]),
+            _x(figures.get("x_target")),
+            _x(figures.get("x_hf_uag")),
+            f"{figures['equal']}/{figures['prompts']}"
+            + (
+                f" ({figures['ties']} tie, {figures['bugs']} BUG)"
+                if figures["equal"] < figures["prompts"]
+                else ""
+            ),
+        )
+        for method, figures in record["summary"].items()
+    )
+    argv = config.get("argv") or []
+    command = " ".join(["python -m dynaspec.eval.cross_bench", *argv[1:]]) if argv else ""
+    machine = config.get("machine") or {}
+    return Run(
+        suite,
+        rel,
+        "cross",
+        machine_class(machine),
+        describe_machine(machine),
+        _date(None, path),
+        _sha(config.get("git")),
+        command,
+        Table(("method", "tok/s", "vs target alone", "vs transformers' UAG", "equal"), rows),
+    )
+
+
 READERS = {
+    "cross-bench.json": _cross,
     "results.jsonl": _bench,
     "batch.jsonl": _batch,
     "memory.jsonl": _memory,
