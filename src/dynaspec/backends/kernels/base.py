@@ -184,11 +184,25 @@ class PackedKernel(MatmulKernel):
     kernel's own layout (`packed`), tiles of ROWS rows."""
 
     GROUP: ClassVar[int] = 32  # weight columns a scale and offset cover (q4_K's sub-blocks)
+    PACK_ROWS: ClassVar[int] = 64 * 64  # rows packed at a time: whole tiles (bounds temporaries)
 
     def packed(
         self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
     ) -> torch.Tensor:
-        """The kernel's layout of the codes (N, K), scales and offsets (N, K/GROUP)."""
+        """The kernel's layout (`pack_tiles`) of the codes (N, K), scales and offsets
+        (N, K/GROUP), built PACK_ROWS rows at a time."""
+        parts = [
+            self.pack_tiles(
+                *(part[first : first + self.PACK_ROWS] for part in (codes, scale, offset))
+            )
+            for first in range(0, codes.shape[0], self.PACK_ROWS)
+        ]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def pack_tiles(
+        self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
+    ) -> torch.Tensor:
+        """`packed` for a few whole tiles of rows: the kernel's own layout."""
         raise NotImplementedError
 
     def dequantize(

@@ -42,7 +42,7 @@ class Int4Kernel(PackedKernel):
     MODE, DTYPES, INPUT = "int4", (torch.float32,), torch.float32
     ROWS, WIDTH = 8, 32
 
-    def packed(
+    def pack_tiles(
         self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
     ) -> torch.Tensor:
         """The kernel's layout (see the source), (N/8, K/group, 32 + 4 * group) bytes: per tile

@@ -39,30 +39,15 @@ class Int4Bf16Kernel(PackedKernel):
     )
     MODE, DTYPES, INPUT = "int4", (torch.bfloat16,), torch.bfloat16
     ROWS, WIDTH = 64, 32
-    PACK_ROWS = 64 * 64  # rows packed at a time: whole tiles
 
-    def packed(
+    def pack_tiles(
         self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
     ) -> torch.Tensor:
         """The kernel's layout (see the source), (N/64, 4, K/32, 320) bytes: per tile of 64 rows,
         vector of 16 of them and group, the float16 s and m of its rows, then 4 lines of 32
         16-bit lanes, lane j (row j/2, column j%2 of a pair) of line c holding the codes of the
-        group's column pairs 4c..4c+3 in its nibbles 0-3. Built PACK_ROWS rows at a time (its
-        temporaries take 4 bytes a weight)."""
-        parts = [
-            self._packed_rows(
-                codes[first : first + self.PACK_ROWS],
-                scale[first : first + self.PACK_ROWS],
-                offset[first : first + self.PACK_ROWS],
-            )
-            for first in range(0, codes.shape[0], self.PACK_ROWS)
-        ]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def _packed_rows(
-        self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
-    ) -> torch.Tensor:
-        """`packed` for a few whole tiles of rows."""
+        group's column pairs 4c..4c+3 in its nibbles 0-3 (its temporaries take 4 bytes a
+        weight)."""
         rows, columns = codes.shape
         tiles, groups = rows // self.ROWS, columns // self.GROUP
         # (tile, vector, row, group, line, nibble, column of the pair):

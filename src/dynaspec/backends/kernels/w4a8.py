@@ -40,26 +40,14 @@ class W4a8Kernel(PackedKernel):
     # any float layer: the kernel reads its rows in bf16
     MODE, DTYPES, INPUT = "w4a8", (torch.bfloat16, torch.float32, torch.float16), torch.bfloat16
     ROWS, WIDTH = 64, w8a8.KERNEL.GROUP
-    PACK_ROWS = 64 * 64  # rows packed at a time: whole tiles
 
-    def packed(
+    def pack_tiles(
         self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
     ) -> torch.Tensor:
         """The kernel's layout, (N/64, K/32, 1280) bytes: per tile of 64 rows and group of 32
         columns, the codes as 4 column quad pairs x 4 vectors of 16 rows x 64 bytes (byte 4i + c:
         row i, low nibble column 8j + c, high nibble column 8j + 4 + c of quad pair j), then the
-        64 rows' s, then their m (float16). Built PACK_ROWS rows at a time."""
-        parts = [
-            self._packed_rows(
-                *(part[first : first + self.PACK_ROWS] for part in (codes, scale, offset))
-            )
-            for first in range(0, codes.shape[0], self.PACK_ROWS)
-        ]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def _packed_rows(
-        self, codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
-    ) -> torch.Tensor:
+        64 rows' s, then their m (float16)."""
         rows, columns = codes.shape
         tiles, groups = rows // self.ROWS, columns // self.GROUP
         # (tile, vector, row, group, pair j, nibble, column c): column = 8 j + 4 nibble + c
