@@ -11,8 +11,9 @@ import dynaspec
 from dynaspec import batch, cli
 from dynaspec import meminfo as meminfo_module
 from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.backends.kernels import registry
 from dynaspec.errors import InsufficientMemoryError
-from dynaspec.models import loading, memory
+from dynaspec.models import loading, memory, presets
 
 GB = memory.GB
 
@@ -30,6 +31,43 @@ def test_fast_path_holds_the_target_twice_at_its_peak():
     )
     assert need.total == 4 * GB + memory.OVERHEAD_BYTES
     assert "fast copy" in need.describe()
+
+
+def test_a_quantized_fast_copy_counts_its_kernels_bytes_a_weight(monkeypatch):
+    need = memory.pair_need(
+        "p",
+        torch.bfloat16,
+        ("t", 1_000_000_000),
+        ("d", 500_000_000),
+        fast=True,
+        copy_bytes_per_weight=0.625,
+    )
+    assert need.total == int(2.625 * GB) + memory.OVERHEAD_BYTES
+    kernel = registry.matmul_kernel("int8", torch.float32)
+    monkeypatch.setattr(kernel, "problem", lambda: None)
+    assert registry.weight_bytes("int8", torch.float32) == 1.0
+    assert registry.weight_bytes("int4", torch.float16) is None  # no kernel: torch's
+    monkeypatch.setattr(kernel, "problem", lambda: "no C++ compiler")
+    assert registry.weight_bytes("int8", torch.float32) is None  # torch's: the dtype's bytes
+
+
+def test_load_pair_counts_the_quantized_copy_on_its_kernel(monkeypatch):
+    monkeypatch.delenv(memory.SKIP_ENV, raising=False)
+    pair = presets.pair_presets()["qwen2.5-coder"]
+    params = presets.model_presets()[pair.target].num_parameters
+    enough = 4 * params + params + memory.OVERHEAD_BYTES  # float32 target + its int8 copy
+    monkeypatch.setattr(memory, "available_bytes", lambda: enough)
+    monkeypatch.setattr(registry.matmul_kernel("int8", torch.float32), "problem", lambda: None)
+
+    def past_the_check(*args, **kwargs):
+        raise LookupError("past the memory check")
+
+    monkeypatch.setattr(loading.model_cache, "locate_slices", past_the_check)
+    monkeypatch.setattr(loading.model_cache, "is_complete_folder", lambda folder: False)
+    with pytest.raises(LookupError, match="past the memory check"):
+        loading.load_pair("qwen2.5-coder", dtype="float32", quantize="int8")
+    with pytest.raises(InsufficientMemoryError, match="fast copy"):  # a float32 copy
+        loading.load_pair("qwen2.5-coder", dtype="float32", static=True)
 
 
 def test_available_memory_is_read_from_meminfo(tmp_path):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dynaspec.backends.kernels import registry as kernel_registry
 from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static import make_fast
 from dynaspec.compat.validation import eos_ids
@@ -322,7 +323,8 @@ def load_pair(
     presets = ((target_preset, device), (draft_preset, draft_device))
     if all(resolve_device(d) in (None, torch.device("cpu")) for d in (device, draft_device)):
         fast = static or compile or quantize is not None
-        _check_pair_memory(pair.name, _gguf_dtype(dtype), target_preset, draft_preset, fast)
+        check = (pair.name, _gguf_dtype(dtype), target_preset, draft_preset)
+        _check_pair_memory(*check, fast, quantize)
     for preset, preset_device in presets:  # fail before a long load of the other
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
@@ -354,16 +356,24 @@ def load_pair(
 
 
 def _check_pair_memory(
-    name: str, dtype: torch.dtype, target: ModelPreset, draft: ModelPreset, fast: bool
+    name: str,
+    dtype: torch.dtype,
+    target: ModelPreset,
+    draft: ModelPreset,
+    fast: bool,
+    quantize: str | None = None,
 ) -> None:
     """Refuses before anything is converted or loaded when the machine has too little memory
-    (models/memory.py)."""
+    (models/memory.py); a target quantized on its kernel counts its copy at the kernel's
+    bytes a weight."""
+    per_weight = None if quantize is None else kernel_registry.weight_bytes(quantize, dtype)
     need = memory.pair_need(
         name,
         dtype,
         (target.name, target.num_parameters),
         (draft.name, draft.num_parameters),
         fast=fast,
+        copy_bytes_per_weight=per_weight,
     )
     fixes, cli_fixes = [], []
     if dtype == torch.float32:

@@ -3,7 +3,8 @@
 A load that does not fit fails late and badly: the kernel's out-of-memory killer ends the
 process after minutes of conversion or loading, or the machine swaps. So before loading a
 preset pair, dynaspec adds up what the weights need at least (parameters x bytes per
-parameter of the dtype; the fast path holds the target twice while it builds its copy) and
+parameter of the dtype; the fast path holds the target twice while it builds its copy, a
+quantized copy at its kernel's bytes a weight, `kernels.registry.weight_bytes`) and
 a floor for everything else, and compares it with what the kernel says is available
 (`MemAvailable`). The figure is a lower bound: passing the check does not promise the load
 fits, failing it means the load cannot. `DYNASPEC_SKIP_MEMORY_CHECK=1` skips the check.
@@ -52,17 +53,21 @@ def pair_need(
     draft: tuple[str, int],
     *,
     fast: bool = False,
+    copy_bytes_per_weight: float | None = None,
 ) -> MemoryNeed:
     """A pair's need at its peak: target + draft; on the fast path the target is held twice
     while its copy is built (the draft loads after the transformers target is dropped), so
-    the larger of the two."""
+    the larger of the two. The copy takes `copy_bytes_per_weight` a parameter where given
+    (a quantized copy on its kernel: `kernels.registry.weight_bytes`), else the dtype's."""
     (target_name, target_params), (draft_name, draft_params) = target, draft
     target_size = weight_bytes(target_params, dtype)
     draft_size = weight_bytes(draft_params, dtype)
     what = f"the pair {name} in {str(dtype).removeprefix('torch.')}"
     if fast and target_size >= draft_size:
         copy = "its fast copy, while it is built"
-        return MemoryNeed(what, ((f"target {target_name}", target_size), (copy, target_size)))
+        per_weight = dtype.itemsize if copy_bytes_per_weight is None else copy_bytes_per_weight
+        copy_size = int(target_params * per_weight)
+        return MemoryNeed(what, ((f"target {target_name}", target_size), (copy, copy_size)))
     parts = ((f"target {target_name}", target_size), (f"draft {draft_name}", draft_size))
     return MemoryNeed(what, parts)
 

@@ -112,6 +112,7 @@ class MatmulKernel(CompiledKernel):
     ROWS: ClassVar[int]  # output rows a tile of its layout (the output width's multiple)
     WIDTH: ClassVar[int]  # the input width's multiple
     INPUT: ClassVar[torch.dtype]  # the dtype its C function reads the rows in
+    BYTES_PER_WEIGHT: ClassVar[float]  # what its layout holds a weight in (the memory check)
 
     def supports(self, out_features: int, in_features: int) -> bool:
         """Whether a layer of these widths can use the kernel (builds it at the first call)."""
@@ -152,6 +153,7 @@ class ScaledKernel(MatmulKernel):
     ROWS rows interleaved by COLUMNS columns, so that one tile is one sequential stream."""
 
     COLUMNS: ClassVar[int]  # columns a tile interleaves
+    BYTES_PER_WEIGHT = 1.0  # an int8 code (the float32 scale a row is noise)
 
     def tiled(self, codes: torch.Tensor) -> torch.Tensor:
         """(N, K) int8 codes in the kernel's layout, (N/ROWS, K/COLUMNS, ROWS, COLUMNS)."""
@@ -184,6 +186,7 @@ class PackedKernel(MatmulKernel):
     kernel's own layout (`packed`), tiles of ROWS rows."""
 
     GROUP: ClassVar[int] = 32  # weight columns a scale and offset cover (q4_K's sub-blocks)
+    BYTES_PER_WEIGHT = 0.625  # a 4-bit code, and float16 s and m a group of 32
     PACK_ROWS: ClassVar[int] = 64 * 64  # rows packed at a time: whole tiles (bounds temporaries)
 
     def packed(
