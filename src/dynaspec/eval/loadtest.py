@@ -15,6 +15,7 @@ makes the command fail).
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -109,6 +110,7 @@ def _prompts(args: argparse.Namespace, count: int) -> tuple[str, ...]:
 def run_loadtest(args: argparse.Namespace) -> int:
     require(*(("openai",) if args.url is not None else (*SERVER_MODULES, "openai")))
     args.git_at_start = git_state()  # the code that runs (the files may change meanwhile)
+    args.started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     counts = args.client_counts if hasattr(args, "client_counts") else _counts(args.clients)
     prompts = _prompts(args, max(counts) * args.requests)
     if args.url is not None:
@@ -220,8 +222,11 @@ def _write(
     record = {
         "command": " ".join(sys.argv),
         "config": {
-            k: v for k, v in vars(args).items() if k not in ("func", "check", "git_at_start")
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("func", "check", "git_at_start", "started_at")
         },
+        "started_at": getattr(args, "started_at", None),
         "machine": machine_info(),
         "versions": library_versions(),
         "git": args.git_at_start,
