@@ -215,7 +215,7 @@ def test_bad_batches_are_refused_with_the_fix(ids, mask, error, words: str) -> N
     "keywords,words",
     [
         ({"streamer": SimpleNamespace(put=print, end=print)}, "streamer"),
-        ({"policy": dynaspec.ConstantPolicy(3)}, "num_assistant_tokens_schedule"),
+        ({"policy": dynaspec.ConstantPolicy(3)}, "a list of 2 .* policy objects"),
     ],
 )
 def test_what_batches_do_not_do_yet_is_refused(keywords: dict, words: str) -> None:
@@ -298,18 +298,13 @@ def test_the_row_check_fails_for_a_broken_verifier(monkeypatch: pytest.MonkeyPat
     assert min(pvalues) < ALPHA
 
 
-def test_a_sliding_window_model_is_refused_up_front() -> None:
-    from transformers import MistralConfig, MistralForCausalLM
+def test_an_encoder_decoder_model_is_refused_up_front_saying_why() -> None:
+    from transformers import T5Config, T5ForConditionalGeneration
 
-    config = MistralConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        sliding_window=4,
-    )
+    config = T5Config(
+        vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
+        decoder_start_token_id=0,
+    )  # fmt: skip
     ids, mask = padded([[5, 6, 7], [8]])
-    with pytest.raises(UnsupportedModelError, match="sliding window of 4"):
-        dynaspec.generate(MistralForCausalLM(config), None, ids, attention_mask=mask)
+    with pytest.raises(UnsupportedModelError, match="encoder-decoder.*once per prompt"):
+        dynaspec.generate(T5ForConditionalGeneration(config), None, ids, attention_mask=mask)

@@ -606,10 +606,12 @@ def test_a_tokenizer_larger_than_its_model_is_refused() -> None:
         dynaspec.generate(**pair(draft=small_draft, **TOKENIZER_PAIR))
 
 
-def test_a_batch_with_another_tokenizer_is_refused() -> None:
-    ids = torch.tensor([[10, 11, 12], [13, 14, 15]])
-    with pytest.raises(UnsupportedOptionError, match="one sequence"):
-        dynaspec.generate(**pair(input_ids=ids, **TOKENIZER_PAIR))
+def test_a_batch_with_another_tokenizer_refuses_sampling_through_text() -> None:
+    ids = torch.tensor([[10, 11, 12], [13, 14, 15]])  # batches: tests/test_batch_features.py
+    with pytest.raises(UnsupportedOptionError, match="greedy only"):
+        dynaspec.generate(
+            **pair(input_ids=ids, do_sample=True, cross_tokenizer="string", **TOKENIZER_PAIR)
+        )
 
 
 # ---- the command line: --cross-tokenizer -------------------------------------------------------

@@ -17,29 +17,42 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from dynaspec.backends.hf import as_adapter
+from dynaspec.backends.row_adapters import RowAdapters, own_adapter
 from dynaspec.backends.static import StaticAdapter
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.compat.processing import build_stopping, full_processor_list, short_name
 from dynaspec.compat.records import SamplingConfig
 from dynaspec.compat.settings import pad_token_id, resolve_settings
-from dynaspec.compat.validation import check_batch, check_token_ids
+from dynaspec.compat.validation import (
+    check_batch,
+    check_call_arguments,
+    check_text_options,
+    check_token_ids,
+    text_pair,
+)
 from dynaspec.core.batch_loop import Row, decode_batch
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.emission import Emission
 from dynaspec.core.loop import GenerateOutput
-from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy
+from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
-from dynaspec.drafters import lookup_config
+from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.drafters.batch import BatchDrafter
-from dynaspec.errors import IncompatibleModelsError, InsufficientMemoryError, UnsupportedOptionError
+from dynaspec.drafters.rows import RowDrafters
+from dynaspec.errors import (
+    IncompatibleModelsError,
+    InsufficientMemoryError,
+    UnsupportedOptionError,
+)
 from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
 from dynaspec.policies import make_policy
 from dynaspec.policies.batch import PerRow
@@ -57,6 +70,7 @@ BATCH_OPTIONS = (
     "stopping_criteria",
     "tokenizer",
     "assistant_tokenizer",
+    "cross_tokenizer",
 )
 
 
@@ -76,12 +90,15 @@ def generate_batch(
 ) -> GenerateOutput:
     """generate() for (B, T) input_ids; `options` are generate()'s own keywords (seed,
     streamer, policy, prompt lookup, generation_config, logits_processor, stopping_criteria,
-    tokenizer), `kwargs` transformers' generation keywords."""
+    tokenizer, assistant_tokenizer, cross_tokenizer), `kwargs` transformers' generation
+    keywords."""
     started = time.time()
-    _refuse(target, draft, options)
     ids, mask = check_batch(input_ids, attention_mask, kwargs.get("pad_token_id"))
+    streamers, policy = check_row_options(len(ids), options)
+    _refuse(target, draft)
+    texts = draft_texts(target, draft, options.get("tokenizer"), options.get("assistant_tokenizer"))
     target_batch = batch_adapter(target)
-    draft_batch = batch_adapter(draft) if draft is not None else None
+    draft_batch = batch_adapter(draft) if draft is not None and texts is None else None
     settings = resolve_settings(
         kwargs,
         target,
@@ -89,6 +106,9 @@ def generate_batch(
         ids.shape[1],
         options.get("seed"),
         target_batch.vocab_size,
+    )
+    method = check_text_options(
+        texts, settings.sampling.do_sample, options.get("cross_tokenizer", "auto")
     )
     limits = settings.limits
     check_batch_pair(target_batch, draft_batch)
@@ -99,16 +119,21 @@ def generate_batch(
         limits, options.get("tokenizer"), options.get("stopping_criteria"), started
     )
     rows = [_row(ids, mask, index, spec, settings, options, criteria) for index in range(len(ids))]
+    for row, streamer in zip(rows, streamers, strict=True):
+        row.streamer = streamer
     lookup = lookup_config(
         options.get("prompt_lookup_num_tokens"),
         options.get("max_matching_ngram_size"),
         spec,
     )
-    drafter = batch_drafter(draft_batch, lookup, target_batch.vocab_size, limits.eos_token_ids)
+    sources = DraftSources(draft, draft_batch, lookup, texts, method)
+    drafter = sources.drafter(target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
-        packed = target_batch.packs_rows
-        cost = draft_cost_ratio(target, draft)
-        policy = batch_policy(spec, len(rows), cost, packed, fixed=True)
+        if policy is None:
+            cost = draft_cost_ratio(target, draft)
+            shared = shares_forwards(target_batch, drafter)
+            packed = target_batch.packs_rows
+            policy = batch_policy(spec, len(rows), cost, packed, fixed=True, shared=shared)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
     output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
@@ -121,38 +146,71 @@ def batch_policy(
     draft_cost: float | None = None,
     packed: bool = False,
     fixed: bool = False,
+    shared: bool = True,
 ) -> BatchPolicy:
-    """adaptive: one rule over the batch's shared forwards; the fixed schedules: a policy
-    per row, each as it would be alone. `draft_cost`: make_policy's; `packed`: the target
-    adapter's `packs_rows`; `fixed`: no row joins (the call ends with its longest row)."""
-    if spec.num_assistant_tokens_schedule == "adaptive":
+    """adaptive: one rule over the batch's shared forwards; the fixed schedules, and every
+    schedule where the rows do not share their forwards (`shared` False: a draft with
+    another tokenizer, a sliding-window target): a policy per row, each as it would be
+    alone. `draft_cost`: make_policy's; `packed`: the target adapter's `packs_rows`;
+    `fixed`: no row joins (the call ends with its longest row)."""
+    if spec.num_assistant_tokens_schedule == "adaptive" and shared:
         policy = BatchAdaptivePolicy(
             rows, max_tokens=spec.num_assistant_tokens, packed=packed, fixed=fixed
         )
         if draft_cost is not None:
             policy.shared.expect_draft_cost(draft_cost)
         return policy
-    return PerRow([make_policy(spec) for _ in range(rows)], make=lambda: make_policy(spec))
+
+    def make() -> LookaheadPolicy:
+        return make_policy(spec, draft_cost)
+
+    return PerRow([make() for _ in range(rows)], make=make)
 
 
-def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
-    """Typed errors for what a batch does not do yet, each naming what to do instead."""
+def shares_forwards(target: BatchModelAdapter, drafter: Any) -> bool:
+    """Whether the rows share the target's forwards and the draft's (the batch adaptive
+    rule prices those); a batch of single adapters or drafters runs each row's alone."""
+    return not isinstance(target, RowAdapters) and not isinstance(drafter, RowDrafters)
+
+
+def check_row_options(rows: int, options: dict[str, Any]) -> tuple[list[Any], BatchPolicy | None]:
+    """A batch's per-row options: `streamer=` a sequence of one streamer (or None) per row,
+    `policy=` a BatchPolicy or a sequence of one LookaheadPolicy per row (UnsupportedOptionError
+    otherwise, saying what to pass). Returns the streamers and the batch policy (None: the
+    schedule's)."""
+    streamer, policy = options.get("streamer"), options.get("policy")
+    per_row = f"a list of {rows} (one per row, in row order)"
+    if streamer is None:
+        streamers: list[Any] = [None] * rows
+    elif isinstance(streamer, Sequence) and len(streamer) == rows:
+        streamers = list(streamer)
+        for one in streamers:
+            check_call_arguments(None, one, None)
+    else:
+        raise UnsupportedOptionError(
+            f"streamer= streams one sequence (transformers' streamers take one row), and this "
+            f"batch has {rows} rows: pass {per_row} of streamers, None for a row not streamed"
+        )
+    if policy is None or isinstance(policy, BatchPolicy):
+        return streamers, policy
+    if isinstance(policy, Sequence) and len(policy) == rows:
+        for one in policy:
+            check_call_arguments(None, None, one)
+        if len({id(one) for one in policy}) < rows:
+            raise UnsupportedOptionError(
+                "policy=: each row learns on its own: pass a policy object per row"
+            )
+        return streamers, PerRow(list(policy))
+    raise UnsupportedOptionError(
+        "policy= is one policy object, and every row of a batch learns with its own: pass "
+        f"{per_row} of policy objects, a BatchPolicy, or num_assistant_tokens_schedule= "
+        "(each row gets a fresh policy)"
+    )
+
+
+def _refuse(target: Any, draft: Any) -> None:
+    """Typed errors for what a batch does not do, each naming what to do instead."""
     one_at_a_time = "; call generate() once per prompt (input_ids of shape (1, T))"
-    if options.get("streamer") is not None:
-        raise UnsupportedOptionError(
-            "streamer= streams one sequence (transformers' streamers refuse batches too)"
-            + one_at_a_time
-        )
-    if draft is not None and options.get("assistant_tokenizer") is not None:
-        raise UnsupportedOptionError(
-            "a draft with another tokenizer (assistant_tokenizer=) drafts for one sequence "
-            "at a time for now" + one_at_a_time
-        )
-    if options.get("policy") is not None:
-        raise UnsupportedOptionError(
-            "policy= is one policy object, and every row of a batch learns with its own: "
-            "pass num_assistant_tokens_schedule= (each row gets a fresh policy)" + one_at_a_time
-        )
     for model in (target, draft):
         fast = isinstance(model, StaticAdapter)
         if model is not None and not fast and not (hasattr(model, "config") and callable(model)):
@@ -160,6 +218,43 @@ def _refuse(target: Any, draft: Any, options: dict[str, Any]) -> None:
                 f"a {type(model).__name__} decodes one sequence: batches need transformers "
                 "models or the fast path's static adapters (static=True)" + one_at_a_time
             )
+
+
+def draft_texts(
+    target: Any, draft: Any, tokenizer: Any, assistant_tokenizer: Any
+) -> tuple[Any, Any] | None:
+    """(tokenizer, assistant_tokenizer) when `draft` drafts through text (another
+    vocabulary; core.validation.text_pair's checks), else None."""
+    if draft is None or assistant_tokenizer is None:
+        return None
+    return text_pair(as_adapter(target), as_adapter(draft), tokenizer, assistant_tokenizer)
+
+
+@dataclass(frozen=True)
+class DraftSources:
+    """Where a batch's draft tokens come from: the draft model (as given, and as a batch
+    adapter when it shares the target's tokens), prompt lookup, and the tokenizers of a
+    draft with another vocabulary (`texts`, drafted by `method`)."""
+
+    draft: Any  # the draft model as the caller gave it (None: none)
+    draft_batch: BatchModelAdapter | None  # its batch adapter (None: none, or other tokens)
+    lookup: Any  # LookupConfig or None
+    texts: tuple[Any, Any] | None = None
+    method: str | None = None
+
+    def drafter(self, vocab_size: int, eos_token_ids: tuple[int, ...]) -> Any:
+        """The batch's drafter: shared draft forwards (`BatchDrafter`), or, for a draft
+        with another tokenizer, one single-sequence drafter per row (`RowDrafters`)."""
+        if self.texts is None:
+            return batch_drafter(self.draft_batch, self.lookup, vocab_size, eos_token_ids)
+        draft, lookup, texts, method = self.draft, self.lookup, self.texts, self.method
+
+        def make() -> Any:
+            return make_drafter(
+                own_adapter(draft), vocab_size, eos_token_ids, lookup, texts, method
+            )
+
+        return RowDrafters(make)
 
 
 def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None) -> None:

@@ -31,12 +31,20 @@ import torch
 
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
-from dynaspec.batch import batch_drafter, batch_policy, check_batch_pair, new_row
+from dynaspec.batch import (
+    DraftSources,
+    batch_policy,
+    check_batch_pair,
+    draft_texts,
+    new_row,
+    shares_forwards,
+)
 from dynaspec.compat.processing import build_stopping
 from dynaspec.compat.settings import resolve_settings
-from dynaspec.compat.validation import check_token_ids, eos_ids
+from dynaspec.compat.validation import check_text_options, check_token_ids, eos_ids
 from dynaspec.core.batch_loop import Row, batch_round, first_token
 from dynaspec.core.config import SpecConfig
+from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.round import Round
 from dynaspec.drafters import lookup_config
 from dynaspec.errors import InputError
@@ -72,17 +80,33 @@ class ContinuousBatch:
         spec: SpecConfig | None = None,
         prompt_lookup_num_tokens: int | None = None,
         max_matching_ngram_size: int | None = None,
+        *,
+        tokenizer: Any = None,
+        assistant_tokenizer: Any = None,
+        cross_tokenizer: str = "auto",
+        policy: BatchPolicy | None = None,
     ) -> None:
+        """As generate(): `tokenizer` and `assistant_tokenizer` (the draft's) for a draft
+        with another vocabulary, drafting by `cross_tokenizer` ("auto": "string", through
+        text, greedy only; "intersection" samples too); `policy` a BatchPolicy (one that
+        can `join` rows) instead of the schedule's."""
         self.model = target
         self.target = batch_adapter(target)
-        draft_batch = batch_adapter(draft) if draft is not None else None
+        texts = draft_texts(target, draft, tokenizer, assistant_tokenizer)
+        draft_batch = batch_adapter(draft) if draft is not None and texts is None else None
         check_batch_pair(self.target, draft_batch)
         spec = spec or SpecConfig()
         lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
+        method = check_text_options(texts, False, cross_tokenizer) if texts else None
+        self.texts, self.method = texts, method
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
-        self.drafter = batch_drafter(draft_batch, lookup, self.target.vocab_size, eos)
-        self.policy = batch_policy(spec, 0, draft_cost_ratio(target, draft), self.target.packs_rows)
+        sources = DraftSources(draft, draft_batch, lookup, texts, method)
+        self.drafter = sources.drafter(self.target.vocab_size, eos)
+        shared = shares_forwards(self.target, self.drafter)
+        cost = draft_cost_ratio(target, draft)
+        made = batch_policy(spec, 0, cost, self.target.packs_rows, shared=shared)
+        self.policy = made if policy is None else policy
         self.rows: list[Row] = []
 
     @property
@@ -105,6 +129,8 @@ class ContinuousBatch:
         settings = resolve_settings(
             call, self.model, None, ids.numel(), seed, self.target.vocab_size
         )
+        if self.texts is not None:  # what such a draft cannot do, as generate() refuses it
+            check_text_options(self.texts, settings.sampling.do_sample, self.method)
         criteria = build_stopping(settings.limits, tokenizer, None, time.time())
         return new_row(ids[None], 0, settings, criteria)
 

@@ -65,8 +65,7 @@ def generate(
 
     The output is exactly the target's own: greedy output equals `target.generate(input_ids,
     ...)` with the same settings token for token, and sampled output follows the target's
-    processed distribution (speculative sampling). `draft=None` decodes with the target alone
-    through the same code.
+    processed distribution (speculative sampling). `draft=None`: the target alone, same code.
 
     `kwargs` are transformers' generation keywords with transformers' meaning (listed in
     `GenerationKwargs`: max_new_tokens, do_sample, temperature, top_k, top_p, min_p,
@@ -76,24 +75,25 @@ def generate(
     and `stopping_criteria` take transformers' objects; stop strings need `tokenizer`.
     The default schedule "adaptive" drafts only while its measured costs say drafting pays;
     "dynamic" is the published confidence rule, transformers' default. `policy`: a policy
-    object the caller owns, not reset, so what it learned carries over between calls.
+    object the caller owns, not reset: what it learned carries over between calls.
     `prompt_lookup_num_tokens` turns on prompt lookup (n-grams up to `max_matching_ngram_size`,
     default 2), alone with `draft=None`, else with the draft model (a hybrid): the most tokens
     copied per round (adaptive copies what pays, so 32 suits it; the fixed schedules copy the
     whole match, as transformers does, whose usual is 10). `input_ids` (B, T) with its
-    `attention_mask`, left-padded: a batch, each row as it would be alone (batch.py).
+    `attention_mask`, left-padded: a batch, each row as alone (batch.py: a list of streamers).
     Bare models are paired by vocabulary size; load_pair checks token lists (docs/models.md).
     With `tokenizer` and `assistant_tokenizer` (the draft's), a draft of another vocabulary
     drafts by `cross_tokenizer`: "string" (through text, greedy only, as transformers' UAG),
     "intersection" (the shared tokens; sampling too), "auto": intersection when sampling.
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
-    check_call_arguments(seed, streamer, policy)
     spec = SpecConfig(num_assistant_tokens, assistant_confidence_threshold,
                       num_assistant_tokens_schedule)  # fmt: skip
-    if is_batch(input_ids):  # (B, T), B > 1: dynaspec/batch.py
+    if is_batch(input_ids):  # (B, T), B > 1: dynaspec/batch.py checks the per-row options
+        check_call_arguments(seed, None, None)
         own = {k: v for k, v in locals().items() if k in BATCH_OPTIONS}
         return generate_batch(target, draft, input_ids, attention_mask, spec, own, kwargs)
+    check_call_arguments(seed, streamer, policy)
     prompt = check_prompt(input_ids)
     target_adapter, draft_adapter, texts = _checked_adapters(
         target, draft, prompt, attention_mask, (tokenizer, assistant_tokenizer)

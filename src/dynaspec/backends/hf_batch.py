@@ -51,8 +51,8 @@ class HFBatchAdapter:
         if window is not None:
             raise UnsupportedModelError(
                 f"{type(model).__name__} attends through a sliding window of {window} tokens, "
-                "which batches do not handle yet (padding inside the batch would shift it): "
-                "call generate() once per prompt (input_ids of shape (1, T))"
+                "which one shared cache cannot hold for rows of other lengths: batch it with "
+                "backends.row_adapters.RowAdapters (batch_adapter does)"
             )
         self.model = model
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -77,13 +77,7 @@ class HFBatchAdapter:
     def bytes_per_token(self) -> int:
         """Cache bytes one cached token of one row takes (keys and values, every layer), by
         the model's config."""
-        config = self.model.config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        heads = int(text.num_attention_heads)
-        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-        element = next(self.model.parameters()).element_size()
-        return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
+        return cache_bytes_per_token(self.model)
 
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
@@ -255,6 +249,18 @@ class HFBatchAdapter:
             ) from err
         self.mask = self.mask[:, :cut]
         self.slots = [[slot for slot in slots if slot < cut] for slots in self.slots]
+
+
+def cache_bytes_per_token(model: Any) -> int:
+    """Cache bytes one cached token of one sequence of a transformers `model` takes (keys
+    and values, every layer), by its config."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(text.num_attention_heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    element = next(model.parameters()).element_size()
+    return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
 
 
 def _cache_of(out: Any) -> Any:

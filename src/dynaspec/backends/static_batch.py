@@ -31,7 +31,9 @@ from typing import Any
 import torch
 
 from dynaspec.backends.decoder import Packing
-from dynaspec.backends.hf_batch import HFBatchAdapter
+from dynaspec.backends.hf import HFAdapter
+from dynaspec.backends.hf_batch import HFBatchAdapter, cache_bytes_per_token
+from dynaspec.backends.row_adapters import RowAdapters
 from dynaspec.backends.static import (
     ATTEND_STEP,
     CAPACITY_STEP,
@@ -39,6 +41,7 @@ from dynaspec.backends.static import (
     causal_mask,
     round_up,
 )
+from dynaspec.backends.windows import sliding_window
 from dynaspec.errors import UnsupportedOptionError
 
 
@@ -239,11 +242,16 @@ class StaticBatchAdapter:
             self.cache = [tensor.index_select(0, index) for tensor in self.cache]
 
 
-def batch_adapter(model: Any) -> StaticBatchAdapter | HFBatchAdapter:
-    """The batch adapter of a model: a `StaticBatchAdapter` over a `StaticAdapter`, else
-    transformers' (`HFBatchAdapter`)."""
+def batch_adapter(model: Any) -> StaticBatchAdapter | HFBatchAdapter | RowAdapters:
+    """The batch adapter of a model: a `StaticBatchAdapter` over a `StaticAdapter`; for a
+    transformers model with a sliding window, one adapter per row (`RowAdapters`: each row's
+    window is its own); else transformers' (`HFBatchAdapter`)."""
     if isinstance(model, StaticAdapter):
         return StaticBatchAdapter(model)
+    if hasattr(model, "config") and sliding_window(model) is not None:
+        if getattr(model.config, "is_encoder_decoder", False):
+            return HFBatchAdapter(model)  # refused there, with the reason
+        return RowAdapters(lambda: HFAdapter(model), cache_bytes_per_token(model))
     if not hasattr(model, "config"):  # another engine's adapter (llama.cpp's draft)
         raise UnsupportedOptionError(
             f"a {type(model).__name__} decodes one sequence at a time: for batches pass a "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Any
 
 import torch
 
@@ -39,6 +40,9 @@ class Row:
     length: int = 0  # tokens committed so far
     done: bool = False
     stats: GenerationStats = field(default_factory=GenerationStats)
+    # transformers' streamer protocol (put(tokens (1, n)), end()), as generate(streamer=)
+    # alone: the prompt (without left padding), each round's new tokens, end() at the end
+    streamer: Any = None
 
     @property
     def committed(self) -> torch.Tensor:
@@ -53,6 +57,8 @@ class Row:
         """Commits the (padded) prompt (T,): nothing new yet."""
         self.tokens[: prompt.numel()] = prompt
         self.start = self.length = prompt.numel()
+        if self.streamer is not None:
+            self.streamer.put(prompt[None, self.pads :].cpu())
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,10 @@ def _commit(row: Row, step: Checked, spent: float) -> Round:
     row.tokens[row.length : row.length + new_tokens.numel()] = new_tokens
     row.length += new_tokens.numel()
     row.done = done
+    if row.streamer is not None:
+        row.streamer.put(new_tokens[None].cpu())
+        if done:
+            row.streamer.end()
     other = spent - step.proposal.draft_time_s - step.target_time_s
     record = step.record(new_tokens.numel(), max(other, 0.0))
     row.stats.rounds.append(record)

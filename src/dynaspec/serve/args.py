@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
+from dynaspec.core.validation import CROSS_TOKENIZER_METHODS
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
     AUTO_DRAFT_NOTE,
@@ -21,7 +22,7 @@ from dynaspec.models.arguments import (
     fast_options,
     float_in,
     int_at_least,
-    load_from_arguments,
+    load_named_from_arguments,
 )
 from dynaspec.policies import SCHEDULES
 
@@ -33,6 +34,20 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, float32_case="the tiny pair")
     add_fast_arguments(p)
     p.add_argument("--no-draft", action="store_true", help="serve the target alone")
+    p.add_argument(
+        "--cross-tokenizer",
+        action="store_true",
+        help="a --draft of another model family keeps its own tokenizer and drafts for "
+        "every request by --cross-tokenizer-method (one draft forward per row); lossless",
+    )
+    p.add_argument(
+        "--cross-tokenizer-method",
+        choices=CROSS_TOKENIZER_METHODS,
+        default="auto",
+        help="with --cross-tokenizer: 'string' drafts through text (greedy requests only; "
+        "a sampled one is refused with a 400), 'intersection' over the tokens both "
+        "tokenizers share (greedy or sampled); 'auto' (default): string",
+    )
     p.add_argument("--schedule", default=DEFAULT_SCHEDULE, choices=tuple(SCHEDULES))
     p.add_argument("--num-assistant-tokens", type=int_at_least(1), default=20)
     p.add_argument("--threshold", type=float_in(0.0, 1.0), default=0.4)
@@ -79,6 +94,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_model_arguments(parser, args)
     check_decoding_arguments(parser, args)
+    if args.cross_tokenizer and (args.target is None or args.draft is None):
+        parser.error("--cross-tokenizer acts on --target and --draft: name both models")
+    if args.cross_tokenizer_method != "auto" and not args.cross_tokenizer:
+        parser.error("--cross-tokenizer-method acts with --cross-tokenizer: add it")
     if args.host not in LOOPBACK and not args.api_key:
         print(
             f"warning: listening on {args.host} without --api-key: anyone who can reach this "
@@ -146,8 +165,18 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if auto_draft_quantize(args):  # the preset pair's draft in 4 bits (models.arguments)
         print(AUTO_DRAFT_NOTE, file=sys.stderr, flush=True)
-    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
-    app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
+    models = load_named_from_arguments(args, **fast_options(args))
+    app = build_app(
+        models.target,
+        models.draft,
+        models.tokenizer,
+        config,
+        spec(args),
+        args.prompt_lookup,
+        draft_tokenizer=models.draft_tokenizer,
+        cross_tokenizer=args.cross_tokenizer_method,
+    )
+    draft = models.draft
     how = "the target alone" if draft is None else f"speculative, schedule {args.schedule}"
     print(
         f"dynaspec serve: model {config.model_name!r} ({how}) on "

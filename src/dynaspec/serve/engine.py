@@ -4,10 +4,11 @@ Requests arrive from the HTTP handlers (any thread) as `Job`s. Before each round
 admits waiting jobs while the batch has room (`max_batch`): a joining prompt is prefilled at
 most `prefill_chunk` tokens between two rounds while other rows are generating (chunked
 prefill: a long prompt does not stall them), at once when none is, and its first token goes
-out as soon as it is cached (ContinuousBatch.admit). After the round, every
-row's new tokens go to its job (text deltas, stop sequences), and rows that ended, hit a stop
-sequence or whose client went away leave the batch at once. Beyond `max_queue` waiting jobs,
-`submit` refuses (`QueueFull`: the server's 429). The model runs on this thread only.
+out as soon as it is cached (ContinuousBatch.admit). Each row streams its new tokens to its job
+as the round commits them (`JobStream`: transformers' streamer protocol, as
+generate(streamer=) streams; text deltas, stop sequences); after the round, rows that ended,
+hit a stop sequence or whose client went away leave the batch at once. Beyond `max_queue`
+waiting jobs, `submit` refuses (`QueueFull`: the server's 429). The model runs on this thread only.
 """
 
 from __future__ import annotations
@@ -82,6 +83,35 @@ class Job:
         self.cancelled = True
 
 
+@dataclass
+class JobStream:
+    """A job's row's streamer, in transformers' streamer protocol (`put`, `end`), as
+    generate(streamer=) gets one: the batch loop puts the prompt, then each round's new
+    tokens, which go to the job as text (a stop sequence ends the row)."""
+
+    job: Job
+    ttft: Any  # the metrics' time-to-first-token histogram
+    prompted: bool = False  # the prompt has been put
+
+    def put(self, value: Any) -> None:
+        if not self.prompted:  # the prompt: nothing to send
+            self.prompted = True
+            return
+        job, new = self.job, value.reshape(-1).tolist()
+        if not new:
+            return
+        job.sent_tokens += len(new)
+        if job.first_token_s is None:
+            job.first_token_s = time.perf_counter() - job.arrived
+            self.ttft.observe(job.first_token_s)
+        delta = job.text.feed(new)
+        if delta:
+            job.emit(Delta(delta))
+
+    def end(self) -> None:
+        """The row ended; the engine finishes the job when it leaves the batch."""
+
+
 class Engine:
     """Runs the batch on a thread of its own; `submit` from any thread."""
 
@@ -151,6 +181,7 @@ class Engine:
                     self.metrics.queue_length.set(len(self.queue))
                 if job.cancelled:
                     continue
+                job.row.streamer = JobStream(job, self.metrics.ttft)
                 self.joining = (job, self.batch.joining(job.row, job.prompt))
             if not self._prefill(*self.joining):
                 break  # the rows generate a round before the next chunk
@@ -172,8 +203,7 @@ class Engine:
             job.emit(Failed(f"could not start this request: {error}"))
         else:
             self.jobs[id(job.row)] = job
-            self._count([first])
-            self._deliver(job)  # its first token, before any batch round
+            self._count([first])  # its first token went out, before any batch round
             self._leave()
         self.joining = None
         return True
@@ -188,9 +218,7 @@ class Engine:
             self.batch.leave(lambda row: True)
             self.jobs.clear()
             return
-        self._count(records)
-        for row in self.batch.rows:
-            self._deliver(self.jobs[id(row)])
+        self._count(records)  # the rows' new tokens went out as the round committed them
         self._leave()
 
     def _leave(self) -> None:
@@ -207,20 +235,6 @@ class Engine:
             sum(r.num_copied for r in done),
             sum(r.num_emitted for r in done),
         )
-
-    def _deliver(self, job: Job) -> None:
-        """The row's new tokens as text (a stop sequence ends the row)."""
-        row = job.row
-        new = row.tokens[row.start + job.sent_tokens : row.length].tolist()
-        if not new:
-            return
-        job.sent_tokens += len(new)
-        if job.first_token_s is None:
-            job.first_token_s = time.perf_counter() - job.arrived
-            self.metrics.ttft.observe(job.first_token_s)
-        delta = job.text.feed(new)
-        if delta:
-            job.emit(Delta(delta))
 
     def _gone(self, row: Row) -> bool:
         job = self.jobs[id(row)]

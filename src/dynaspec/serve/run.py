@@ -27,13 +27,26 @@ def build_app(
     config: ServeConfig,
     spec: SpecConfig | None = None,
     prompt_lookup_num_tokens: int | None = None,
+    *,
+    draft_tokenizer: Any = None,
+    cross_tokenizer: str = "auto",
 ) -> Any:
-    """The ASGI app over its own engine, which its lifespan starts and stops."""
+    """The ASGI app over its own engine, which its lifespan starts and stops.
+    `draft_tokenizer`: the draft's own, when it has another vocabulary than the target's
+    (it drafts by `cross_tokenizer`, as generate()'s assistant_tokenizer=)."""
     from fastapi import FastAPI
 
     from dynaspec.serve.app import create_app
 
-    batch = ContinuousBatch(target, draft, spec, prompt_lookup_num_tokens)
+    batch = ContinuousBatch(
+        target,
+        draft,
+        spec,
+        prompt_lookup_num_tokens,
+        tokenizer=tokenizer if draft_tokenizer is not None else None,
+        assistant_tokenizer=draft_tokenizer,
+        cross_tokenizer=cross_tokenizer,
+    )
     engine = Engine(batch, Metrics(), config.max_batch, config.max_queue, config.prefill_chunk)
     app = create_app(engine, Prompter(tokenizer), config)
 
