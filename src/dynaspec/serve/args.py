@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
-from dynaspec.core.validation import CROSS_TOKENIZER_METHODS
+from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
     AUTO_DRAFT_NOTE,
