@@ -106,9 +106,11 @@ def test_generate_on_cuda_loads_bf16_and_says_where(
 ) -> None:
     """The dtype follows the device (a GPU computes bf16), whatever this CPU has."""
     assert cli.main(["generate", "hello", "--device", "cuda"]) == 1
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "device cuda" in out and "dtype bfloat16 (machine: a GPU computes bf16" in out
-    assert recorder.calls[0]["draft_quantize"] is None  # no CPU kernel chosen for a GPU
+    assert "--fast auto chose the models as loaded for a CUDA GPU" in captured.err
+    assert recorder.calls[0]["fast"] == "auto" and recorder.calls[0]["device"] == "cuda"
 
 
 @pytest.mark.parametrize("command", ["serve", "loadtest"])

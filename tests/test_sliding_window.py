@@ -129,10 +129,15 @@ def test_a_draft_the_fast_path_cannot_run_stays_a_transformers_model(capsys) -> 
     # A draft of another family (Gemma 3's sliding-window layers) beside a static target:
     # the draft keeps transformers' forward, and says so; a Llama draft gets the fast path.
     from dynaspec.backends.static import StaticAdapter
-    from dynaspec.models.loading import _fast_draft
+    from dynaspec.models.loading import _fast_model
+
+    def fast_draft(model: object, name: str) -> object:
+        return _fast_model(model, {"static": True, "draft": True}, name, "draft", fall_back=True)
 
     model = window_model("mistral")
-    assert _fast_draft(model, {"static": True, "draft": True}, "gemma") is model
+    assert fast_draft(model, "gemma") is model
     assert "gemma: the draft runs on transformers' forward" in capsys.readouterr().err
     llama = tiny_model("llama", vocab_size=64, hidden_size=32, max_length=64)
-    assert isinstance(_fast_draft(llama, {"static": True, "draft": True}, "l"), StaticAdapter)
+    assert isinstance(fast_draft(llama, "l"), StaticAdapter)
+    with pytest.raises(UnsupportedModelError):  # a target is refused unless told to fall back
+        _fast_model(model, {"static": True}, "gemma", "target", fall_back=False)

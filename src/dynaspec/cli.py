@@ -21,14 +21,14 @@ from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.errors import DynaspecError
 from dynaspec.models.arguments import (
-    AUTO_DRAFT_NOTE,
     add_fast_arguments,
     add_model_arguments,
-    auto_draft_quantize,
+    apply_fast_choice,
     check_lookup_arguments,
     check_model_arguments,
     check_text_arguments,
     describe_fast,
+    fast_choice_line,
     fast_options,
     float_in,
     int_at_least,
@@ -54,15 +54,17 @@ def _add_generate(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
         help="generate text with speculative decoding",
-        description="Peak memory with the default pair in bf16 (measured on an AVX512-BF16 "
-        "CPU): 6.5 GB; with --static --draft-quantize int8 up to 9.4 GB, 4 GB of it the "
-        "model files mapped into memory (README).",
+        description="Generate text with speculative decoding. By default (--fast auto) "
+        "dynaspec picks the fastest setting that keeps the target's exact output on this "
+        "machine and says on stderr what it picked; --quantize is the one flag that changes "
+        "the output. Before loading, the memory the models need is checked against what the "
+        "machine has available.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")
     p.add_argument("--prompt", help="the prompt")
     add_model_arguments(p, float32_case="the tiny pair")
-    add_fast_arguments(p)
+    add_fast_arguments(p, auto=True)
     p.add_argument(
         "--schedule",
         default=DEFAULT_SCHEDULE,
@@ -305,10 +307,10 @@ def run_generate(args: argparse.Namespace) -> int:
     from dynaspec.prompts import render_prompt, should_use_chat
 
     text = args.prompt if args.prompt is not None else args.text
-    auto = auto_draft_quantize(args)
+    choice = apply_fast_choice(args)
     print(describe_run(args), flush=True, file=sys.stderr if args.prompts_file else sys.stdout)
-    if auto:
-        print(AUTO_DRAFT_NOTE, file=sys.stderr, flush=True)
+    if choice is not None:
+        print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
     if describe_fast(args):  # building the fast copies is silent and takes a while
         print(
             "loading the models and building the fast path's copies of their weights "

@@ -20,10 +20,10 @@ from dynaspec.errors import ConfigError, DynaspecError
 from dynaspec.models.devices import (
     check_cpu_only_options,
     device_name,
-    is_cpu,
     resolve_device,
 )
 from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
+from dynaspec.models.fast_choice import AUTO, FastChoice, choose_fast
 from dynaspec.models.presets import DEFAULT_PAIR, pair_presets
 
 TINY_PAIR = "tiny"  # built-in random models (dynaspec.models.tiny): nothing to download
@@ -162,49 +162,63 @@ def check_device_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(error.for_cli())
 
 
-def add_fast_arguments(parser: ArgumentTarget) -> None:
+FAST_HELP = (
+    "auto: the fastest setting that keeps the target's exact output on this machine (the "
+    "static path, the draft's quantization, prompt lookup under adaptive; said on stderr), "
+    "unless --static, --compile, --quantize, --draft-quantize or --draft-engine is given "
+    "(then those decide) or --prompt-lookup N (then N); preset pairs only (--target models "
+    "run as asked); off: the models as loaded"
+)
+
+
+def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
     """--static / --compile / --quantize / --draft-quantize: the fast path (backends/static);
-    --draft-engine: the draft run by llama.cpp (backends/llamacpp)."""
+    --draft-engine: the draft run by llama.cpp (backends/llamacpp); with `auto` (generate,
+    serve) --fast auto|off: whether dynaspec chooses for this machine (`apply_fast_choice`)."""
+    if auto:
+        parser.add_argument("--fast", choices=("auto", "off"), default=AUTO, help=FAST_HELP)
     parser.add_argument(
         "--static",
         action="store_true",
         help="static KV cache and weights prepacked for oneDNN (bf16, or float32 on a CPU "
-        "without native bf16, where it verifies 8 tokens for 1.3 steps; Llama/Qwen2)",
+        "without native bf16); Llama/Qwen2-style models. The target's own output",
     )
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="static KV cache + torch.compile'd forwards (Llama/Qwen2 models; compiles once)",
+        help="static KV cache + torch.compile'd forwards (Llama/Qwen2-style models; compiles "
+        "once; on a CPU --static measured faster)",
     )
     parser.add_argument(
         "--quantize",
         choices=("int8", "int4", "w8a8", "w4a8"),
         default=None,
-        help="quantization of target and draft (with a static KV cache): int8 and int4 "
-        "weights only; w8a8 and w4a8 int8 or 4-bit weights with int8 activations "
-        "(AVX512-VNNI; outputs of their own)",
+        help="CHANGES THE OUTPUT (the one flag that does): the target's and the draft's "
+        "weights in int8 or int4, or with int8 activations too (w8a8, w4a8: AVX512-VNNI); "
+        "the output is then the quantized target's own",
     )
     parser.add_argument(
         "--draft-quantize",
         choices=("none", "int8", "int4", "w8a8", "w4a8"),
         default=None,
-        help="the draft's quantization, apart from the target's (default: as --quantize; "
-        "without any fast-path flag, w4a8 for the preset pair's draft on a CPU with "
-        "AVX512-BF16 and AVX512-VNNI: the output is the target's either way)",
+        help="the draft's quantization alone (default: as --quantize); the output stays the "
+        "target's, only the draft's speed and agreement change",
     )
     parser.add_argument(
         "--draft-engine",
         choices=("torch", "llamacpp"),
         default="torch",
-        help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp, "
-        "the fastest engine at one token a forward on a CPU; needs llama-cpp-python "
-        '(pip install "dynaspec[llamacpp]"). The output stays the target\'s',
+        help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp "
+        '(a CPU without native bf16: its fastest draft); needs pip install "dynaspec[llamacpp]". '
+        "The output stays the target's",
     )
 
 
 def fast_options(args: argparse.Namespace) -> dict[str, Any]:
-    """load_models() keywords static=, compile=, quantize=, draft_quantize=, draft_engine=
-    from the flags."""
+    """load_models() keywords from the flags: fast="auto" where `apply_fast_choice` chose
+    for the machine, else static=, compile=, quantize=, draft_quantize=, draft_engine=."""
+    if getattr(args, "fast_choice", None) is not None:
+        return {"fast": AUTO}
     options: dict[str, Any] = {
         "static": bool(getattr(args, "static", False)),
         "compile": bool(getattr(args, "compile", False)),
@@ -218,42 +232,69 @@ def fast_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-# What `dynaspec generate` and `serve` say when `auto_draft_quantize` chose the 4-bit draft.
-AUTO_DRAFT_NOTE = (
-    "the draft runs in 4 bits on this CPU's AVX512-VNNI (the output is the target's either "
-    "way): --draft-quantize none keeps it as loaded"
-)
+def _fast_flags_given(args: argparse.Namespace) -> bool:
+    """Whether any fast-path flag was given (then they decide, not --fast auto)."""
+    return bool(
+        getattr(args, "static", False)
+        or getattr(args, "compile", False)
+        or getattr(args, "quantize", None)
+        or getattr(args, "draft_quantize", None) is not None
+        or getattr(args, "draft_engine", "torch") != "torch"
+    )
 
 
-def auto_draft_quantize(args: argparse.Namespace) -> bool:
-    """The draft in 4 bits where nothing asks otherwise: with the preset pair, no fast-path
-    flag and no --draft-quantize, on a CPU that runs bf16 and builds the w4a8 kernel
-    (AVX512-BF16 and AVX512-VNNI, a C++ compiler), sets --draft-quantize w4a8 and says so.
-    A draft never changes the output (the target's forward is untouched); its forwards cost
-    about a third of the bf16 draft's (benchmarks/eager-w4a8-avx512-2026-12-04). Whether it
-    did; `--draft-quantize none` keeps the draft as loaded."""
-    given = fast_options(args)  # --draft-quantize and --draft-engine only where given
-    explicit = any(given.values()) or "draft_quantize" in given or getattr(args, "no_draft", False)
-    preset = args.target is None and args.draft is None and args.pair != TINY_PAIR
-    if explicit or not preset or not is_cpu(getattr(args, "device", None)):
-        return False
-    import torch
+def apply_fast_choice(args: argparse.Namespace) -> FastChoice | None:
+    """--fast auto (generate, serve): the choice of `models.fast_choice.choose_fast` for
+    this machine, kept on `args.fast_choice` (the loaders then get fast="auto"), and prompt
+    lookup set on `args.prompt_lookup` under the adaptive schedule with a draft. Any
+    fast-path flag keeps the path yours; --prompt-lookup N keeps N. None where nothing is
+    chosen: --fast off, models named by --target (they run as asked), the tiny pair (for
+    checks: it runs as loaded), or every part given."""
+    if getattr(args, "fast", "off") != AUTO or args.target is not None or args.pair == TINY_PAIR:
+        return None
+    given = _fast_flags_given(args)  # then only prompt lookup is chosen: no kernel build
+    choice = choose_fast(getattr(args, "device", None), args.dtype, w4a8=False if given else None)
+    drafting = not getattr(args, "no_draft", False) and not getattr(args, "cross_tokenizer", False)
+    drafting = drafting and getattr(args, "schedule", "") == "adaptive"
+    lookup = args.prompt_lookup is None and drafting and choice.prompt_lookup is not None
+    if lookup:
+        args.prompt_lookup = choice.prompt_lookup
+    if given:
+        return choice if lookup else None
+    args.fast_choice = choice
+    return choice
 
-    from dynaspec.backends.kernels.registry import KERNELS
-    from dynaspec.models.loading import dtype_choice
 
-    if dtype_choice(args.dtype, pair=args.pair).dtype != torch.bfloat16:
-        return False
-    if not (KERNELS["w4a8"].available() and KERNELS["w8a8"].available()):
-        return False
-    args.draft_quantize = "w4a8"
-    return True
+def fast_choice_line(choice: FastChoice, args: argparse.Namespace) -> str:
+    """One stderr line: what --fast auto chose here, from which record, how to change it."""
+    path = getattr(args, "fast_choice", None) is not None
+    flags = choice.flags() if path else ""
+    if not path and args.prompt_lookup:
+        flags = f"--prompt-lookup {args.prompt_lookup}"
+    if getattr(args, "no_draft", False):
+        flags = "--static" if path and choice.static else ""
+    picked = flags or "the models as loaded"
+    return (
+        f"dynaspec: --fast auto chose {picked} for {choice.machine} ({choice.record}; the "
+        "target's exact output): --fast off keeps the models as loaded, and --quantize trades "
+        "that output for speed"
+    )
 
 
 def describe_fast(args: argparse.Namespace) -> str:
     """The fast-path flags as they apply to each model, for the first line of output
     ("; fast path: target ...; draft ..."), or "" when none is given."""
-    options = fast_options(args)
+    choice = getattr(args, "fast_choice", None)
+    options = (
+        fast_options(args)
+        if choice is None
+        else {
+            "static": choice.static,
+            "compile": False,
+            "quantize": None,
+            "draft_quantize": choice.draft_quantize,
+        }
+    )
     draft_quantize = options.get("draft_quantize", options["quantize"])
     fast = options["static"] or options["compile"] or options["quantize"] or draft_quantize
     if not (fast or options.get("draft_engine")):

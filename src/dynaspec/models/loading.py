@@ -20,12 +20,10 @@ from dynaspec.backends.static import make_fast
 from dynaspec.compat.validation import eos_ids
 from dynaspec.errors import (
     ConfigError,
-    CorruptModelFileError,
     IncompatibleModelsError,
-    MissingDependencyError,
+    InsufficientMemoryError,
     ModelNotAvailableError,
     UnsupportedModelError,
-    one_line,
 )
 from dynaspec.models import cache as model_cache
 from dynaspec.models import memory
@@ -35,7 +33,7 @@ from dynaspec.models.compatibility import (  # noqa: F401 (check_pair_compatible
     _logit_width,
     check_pair_compatible,
 )
-from dynaspec.models.devices import DeviceArg, check_cpu_only_options, resolve_device
+from dynaspec.models.devices import DeviceArg, check_cpu_only_options, is_cpu, resolve_device
 from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
     AUTO,
     DEFAULT_DTYPE,
@@ -43,6 +41,13 @@ from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of eve
     DtypeChoice,
     choose_dtype,
     machine_dtype,
+)
+from dynaspec.models.fast_choice import FastChoice, check_fast, choose_fast
+from dynaspec.models.folders import (
+    _load_cached_folder,
+    _load_folder,
+    _load_from_hub,
+    _looks_like_hub_id,
 )
 from dynaspec.models.llamacpp_draft import SAME, llamacpp_gguf
 from dynaspec.models.presets import (
@@ -55,7 +60,6 @@ from dynaspec.models.presets import (
     model_presets,
 )
 from dynaspec.models.progress import fast_copy_label
-from dynaspec.models.quiet import no_progress_bars
 from dynaspec.models.report import models_report  # noqa: F401 (the CLI's `dynaspec models`)
 from dynaspec.models.vocab import (
     check_gguf_pair,
@@ -82,6 +86,7 @@ class ModelPair:
     target: Any  # the large model whose output is reproduced (a fast adapter if asked)
     draft: Any  # the small model that proposes tokens (a fast adapter if asked)
     tokenizer: PreTrainedTokenizerBase  # shared by both (checked at load time)
+    fast: FastChoice | None = None  # what fast="auto" chose; None: the models as asked
 
 
 def resolve_dtype(
@@ -116,50 +121,6 @@ def set_threads(threads: int | None) -> int:
         )
     torch.set_num_threads(threads)
     return threads
-
-
-def _load_folder(
-    folder: Path | str, dtype: torch.dtype | str, device: DeviceArg = None, *, fix: str
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a transformers folder or hub id, quietly; what transformers cannot read raises
-    CorruptModelFileError ending in `fix`, a missing package MissingDependencyError."""
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForSeq2SeqLM,
-        AutoTokenizer,
-    )
-
-    try:
-        with no_progress_bars():
-            config = AutoConfig.from_pretrained(folder)
-            # Encoder-decoder checkpoints (T5, BART, ...) load as seq2seq models.
-            auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-            model = auto.from_pretrained(folder, dtype=dtype)
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-    except ImportError as error:
-        raise MissingDependencyError(
-            f"loading {folder} needs a package that is not installed: {one_line(error)}"
-        ) from error
-    except Exception as error:  # transformers raises OSError, ValueError, TypeError, ...
-        raise CorruptModelFileError(
-            f"transformers could not load {folder} ({type(error).__name__}: "
-            f"{one_line(error)}); {fix}"
-        ) from error
-    model.eval()
-    target_device = resolve_device(device)
-    if target_device is not None:
-        model.to(target_device)
-    return model, tokenizer
-
-
-def _load_cached_folder(
-    folder: Path, dtype: torch.dtype, device: DeviceArg = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a cache folder; a damaged one raises CorruptModelFileError saying to delete it."""
-    return _load_folder(
-        folder, dtype, device, fix="delete that folder and load again to rebuild it"
-    )
 
 
 def load_preset(
@@ -262,33 +223,6 @@ def _load_model(
     )
 
 
-def _looks_like_hub_id(text: str) -> bool:
-    """`owner/name` with no path-like start and no .gguf suffix."""
-    parts = text.split("/")
-    return (
-        len(parts) == 2
-        and all(parts)
-        and not text.startswith((".", "~"))
-        and not text.endswith(".gguf")
-    )
-
-
-def _load_from_hub(
-    model_id: str, dtype: torch.dtype | str, device: DeviceArg = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    try:
-        fix = "check the id, or use a preset or a local folder"
-        return _load_folder(model_id, dtype, device, fix=fix)
-    except CorruptModelFileError as error:
-        if not isinstance(error.__cause__, OSError):
-            raise
-        raise ModelNotAvailableError(
-            f"could not load {model_id!r} from the Hugging Face hub "
-            f"({one_line(error.__cause__)}); check the id "
-            "and the network, or use a preset (`dynaspec models`) or a local folder"
-        ) from error
-
-
 def load_pair(
     name: str | None = None,
     *,
@@ -301,6 +235,7 @@ def load_pair(
     compile: bool = False,
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
+    fast: str | None = None,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
@@ -310,21 +245,36 @@ def load_pair(
     model's packages are not installed. `static`, `compile` and `quantize` make both models
     fast adapters (see load_model); `draft_quantize` sets the draft's quantization apart
     (default: as the target's), e.g. a bf16 target with an int8 draft.
+
+    fast="auto" chooses instead the fastest setting that keeps the target's exact output
+    on this machine (dynaspec.models.fast_choice: the static path, the draft's
+    quantization; off the static path when the memory for its copy is missing), and
+    records it in the pair's `fast`; pass `**pair.fast.generate_options()` to generate()
+    for the prompt lookup it chose. It refuses static=, compile=, quantize= and
+    draft_quantize= beside it. fast=None (default): the models as asked, transformers'
+    forward when nothing is asked.
     """
     draft_device = device if draft_device is None else draft_device
     resolve_device(device)
     resolve_device(draft_device)
+    asked = None if draft_quantize == SAME_AS_TARGET else draft_quantize
+    check_fast(fast, static=static, compile=compile, quantize=quantize, draft_quantize=asked)
     check_cpu_only_options(device, quantize=quantize)
-    if draft_quantize != SAME_AS_TARGET:
-        check_cpu_only_options(draft_device, draft_quantize=draft_quantize)
+    check_cpu_only_options(draft_device, draft_quantize=asked)
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
     presets = ((target_preset, device), (draft_preset, draft_device))
-    if all(resolve_device(d) in (None, torch.device("cpu")) for d in (device, draft_device)):
-        fast = static or compile or quantize is not None
-        check = (pair.name, _gguf_dtype(dtype), target_preset, draft_preset)
-        _check_pair_memory(*check, fast, quantize)
+    choice = None if fast is None else choose_fast(device, dtype)
+    if choice is not None and not is_cpu(draft_device):
+        choice = replace(choice, draft_quantize=None)  # the 4-bit kernel is a CPU kernel
+    if all(is_cpu(d) for d in (device, draft_device)):
+        memory = (pair.name, _gguf_dtype(dtype), target_preset, draft_preset)
+        choice = _fitting_choice(choice, memory)
+        fast_path = static or compile or quantize is not None or bool(choice and choice.static)
+        _check_pair_memory(*memory, fast_path, quantize)
+    if choice is not None:
+        static, draft_quantize = choice.static, choice.draft_quantize
     for preset, preset_device in presets:  # fail before a long load of the other
         folder = model_cache.preset_folder(preset, _gguf_dtype(dtype, preset_device), cache_dir)
         if not model_cache.is_complete_folder(folder):
@@ -333,7 +283,7 @@ def load_pair(
     check_gguf_pair(*sources, target_name=pair.target, draft_name=pair.draft)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
-    fast = {"static": static, "compile": compile, "release": True}
+    options = {"static": static, "compile": compile, "release": True}
     target, target_tokenizer = load_preset(
         target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
@@ -342,7 +292,7 @@ def load_pair(
     # prepacked or quantized copies replace the transformers weights before the draft loads
     # (the peak holds the target twice, never the target twice and the draft).
     fast_target = make_fast(
-        target, **fast, quantize=quantize, progress=fast_copy_label(pair.target)
+        target, **options, quantize=quantize, progress=fast_copy_label(pair.target)
     )
     del target
     draft, draft_tokenizer = load_preset(
@@ -351,8 +301,22 @@ def load_pair(
     _check_tokenizers(target_tokenizer, draft_tokenizer, (pair.target, pair.draft))
     _check_logit_widths(target_rows, _logit_width(draft))
     label = fast_copy_label(pair.draft)
-    fast_draft = make_fast(draft, **fast, quantize=draft_quantize, draft=True, progress=label)
-    return ModelPair(pair.name, fast_target, fast_draft, target_tokenizer)
+    fast_draft = make_fast(draft, **options, quantize=draft_quantize, draft=True, progress=label)
+    return ModelPair(pair.name, fast_target, fast_draft, target_tokenizer, choice)
+
+
+def _fitting_choice(
+    choice: FastChoice | None, memory: tuple[str, torch.dtype, ModelPreset, ModelPreset]
+) -> FastChoice | None:
+    """`choice`, off the static path where its copy of the target does not fit in memory
+    (the pair alone may: `_check_pair_memory` decides that next)."""
+    if choice is None or not choice.static:
+        return choice
+    try:
+        _check_pair_memory(*memory, True)
+    except InsufficientMemoryError:
+        return choice.without_static("too little memory for the static path's copy")
+    return choice
 
 
 def _check_pair_memory(
@@ -391,6 +355,7 @@ class NamedModels:
     tokenizer: PreTrainedTokenizerBase  # the target's
     draft_tokenizer: PreTrainedTokenizerBase | None = None  # set only when it differs: the
     #                                  draft drafts through text (assistant_tokenizer=)
+    fast: FastChoice | None = None  # what fast="auto" chose; None: the models as asked
 
 
 def load_models(
@@ -418,6 +383,7 @@ def load_model_set(
     with_draft: bool = True,
     other_tokenizer: bool = False,
     draft_engine: str = "torch",
+    fast: str | None = None,
 ) -> NamedModels:
     """The target, the draft and their tokenizers.
 
@@ -435,46 +401,64 @@ def load_model_set(
     (`draft_tokenizer`, for generate()'s assistant_tokenizer=) instead of being refused.
     draft_engine: "torch", or "llamacpp": the draft's GGUF (`draft` a .gguf file or a
     preset, else the pair's draft) run by llama.cpp (backends/llamacpp.py).
+    fast="auto": the fast path chosen for this machine, as in load_pair (a named model the
+    static path cannot run stays as loaded); the choice is the result's `fast`.
     """
     if draft_engine not in ("torch", "llamacpp"):
         raise ConfigError(f"unknown draft_engine {draft_engine!r}: choose 'torch' or 'llamacpp'")
     _check_device(device, quantize, (draft_quantize, draft_engine) if with_draft else None)
     if draft_engine == "llamacpp" and with_draft:
         gguf = llamacpp_gguf(pair, target, draft, draft_quantize, other_tokenizer)
-        options = {"static": static, "compile": compile, "quantize": quantize, "device": device}
-        alone = load_model_set(
-            pair, target=target, dtype=dtype, threads=threads, with_draft=False, **options
-        )
+        where = {"dtype": dtype, "threads": threads, "device": device, "fast": fast}
+        options = {"static": static, "compile": compile, "quantize": quantize, **where}
+        alone = load_model_set(pair, target=target, with_draft=False, **options)
         return replace(alone, draft=LlamaCppAdapter(gguf, threads=threads))
-    if draft_quantize == SAME_AS_TARGET:
-        draft_quantize = quantize
-    fast = {"static": static, "compile": compile, "quantize": quantize}
-    draft_fast = {**fast, "quantize": draft_quantize, "draft": True}
-    if target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny":
+    tiny_pair = target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny"
+    asked = {"static": static, "compile": compile, "quantize": quantize}
+    if target is None and not tiny_pair and with_draft:  # load_pair chooses (and fits) itself
+        where = {"dtype": dtype, "threads": threads, "device": device, "fast": fast}
+        loaded = load_pair(pair, **where, **asked, draft_quantize=draft_quantize)
+        return NamedModels(loaded.target, loaded.draft, loaded.tokenizer, fast=loaded.fast)
+    tiny_dtype = "float32" if tiny_pair and dtype is None else dtype  # the tiny pair's
+    choice, static, draft_quantize = _resolve_fast(fast, device, tiny_dtype, asked, draft_quantize)
+    options = {"static": static, "compile": compile, "quantize": quantize}
+    draft_options = {**options, "quantize": draft_quantize, "draft": True}
+    if tiny_pair:
         set_threads(threads or 1)
-        return _tiny_models(tiny, dtype, device, fast, draft_fast if with_draft else None)
-    if target is None and not with_draft:
-        target = get_pair_preset(default_pair_name() if pair is None else pair).target
+        models = _tiny_models(tiny, dtype, device, options, draft_options if with_draft else None)
+        return replace(models, fast=choice)
     if target is None:
-        loaded = load_pair(
-            pair,
-            dtype=dtype,
-            threads=threads,
-            device=device,
-            **fast,
-            draft_quantize=draft_quantize,
-        )
-        return NamedModels(loaded.target, loaded.draft, loaded.tokenizer)
-    return _load_named_models(
+        target = get_pair_preset(default_pair_name() if pair is None else pair).target
+    models = _load_named_models(
         target,
         draft if with_draft else None,
         dtype=dtype,
         threads=threads,
         device=device,
-        fast=fast,
-        draft_fast=draft_fast,
+        fast=options,
+        draft_fast=draft_options,
         other_tokenizer=other_tokenizer,
+        fall_back=choice is not None,
     )
+    return replace(models, fast=choice)
+
+
+def _resolve_fast(
+    fast: str | None,
+    device: DeviceArg,
+    dtype: str | None,
+    asked: dict[str, Any],
+    draft_quantize: str | None,
+) -> tuple[FastChoice | None, bool, str | None]:
+    """(the choice, static, draft_quantize): fast="auto"'s for this machine, else the
+    caller's `asked` static and draft_quantize (SAME_AS_TARGET: the target's quantize)."""
+    given = None if draft_quantize == SAME_AS_TARGET else draft_quantize
+    check_fast(fast, **asked, draft_quantize=given)
+    if fast is None:
+        same = draft_quantize == SAME_AS_TARGET
+        return None, asked["static"], asked["quantize"] if same else draft_quantize
+    choice = choose_fast(device, dtype)
+    return choice, choice.static, choice.draft_quantize
 
 
 def _check_device(
@@ -520,17 +504,22 @@ def _load_named_models(
     fast: dict[str, Any],
     draft_fast: dict[str, Any],
     other_tokenizer: bool,
+    fall_back: bool = False,
 ) -> NamedModels:
     """A target and a draft named by preset, folder, GGUF or hub id. Their tokenizers must
     agree, unless `other_tokenizer`: a draft of another family then keeps its own tokenizer
-    (`draft_tokenizer`, for generate()'s assistant_tokenizer=: drafts through text)."""
+    (`draft_tokenizer`, for generate()'s assistant_tokenizer=: drafts through text).
+    `fall_back`: a target the fast path cannot run stays as loaded (fast="auto")."""
     names = (os.fspath(target), os.fspath(draft or ""))
     if draft is not None and not other_tokenizer:  # two GGUFs: their headers, first
         sources = [gguf_source(name, _gguf_dtype(dtype, device)) for name in (target, draft)]
         check_gguf_pair(*sources, target_name=names[0], draft_name=names[1])
-    target_model, tokenizer = load_model(
-        target, dtype=dtype, threads=threads, device=device, **fast
-    )
+    where = {"dtype": dtype, "threads": threads, "device": device}
+    if fall_back:
+        loaded, tokenizer = _load_model(target, **where)
+        target_model = _fast_model(loaded, fast, names[0], "target", fall_back=True)
+    else:
+        target_model, tokenizer = load_model(target, **where, **fast)
     if draft is None:
         return NamedModels(target_model, None, tokenizer)
     draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads, device=device)
@@ -546,19 +535,25 @@ def _load_named_models(
                 cli_message=f"{error}; {own_words}: pass --cross-tokenizer",
             ) from error
         own = draft_tokenizer
-    return NamedModels(target_model, _fast_draft(draft_model, draft_fast, names[1]), tokenizer, own)
+    draft_model = _fast_model(draft_model, draft_fast, names[1], "draft", fall_back=True)
+    return NamedModels(target_model, draft_model, tokenizer, own)
 
 
-def _fast_draft(model: PreTrainedModel, options: dict[str, Any], name: str) -> Any:
-    """The draft on the fast path where it can run there; else (a draft of another family,
-    e.g. Gemma 3's sliding-window layers) the transformers model, said on stderr: the
-    target's fast path is what verification needs, and any draft keeps the output."""
+def _fast_model(
+    model: PreTrainedModel, options: dict[str, Any], name: str, role: str, *, fall_back: bool
+) -> Any:
+    """The model on the fast path where it can run there; else, with `fall_back` (any draft:
+    the target's fast path is what verification needs, and a draft keeps the output; a
+    target under fast="auto") the transformers model (e.g. Gemma 3's sliding-window
+    layers), said on stderr."""
     try:
         return make_fast(model, **options, release=True, progress=fast_copy_label(name))
     except UnsupportedModelError:
+        if not fall_back:
+            raise
         model_cache.say(
-            f"{name}: the draft runs on transformers' forward (the fast path does not run "
-            f"{type(model).__name__}); the target keeps its fast path"
+            f"{name}: the {role} runs on transformers' forward (the fast path does not run "
+            f"{type(model).__name__})"
         )
         return model
 

@@ -9,16 +9,16 @@ import os
 import sys
 from pathlib import Path
 
-from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS
+from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
-    AUTO_DRAFT_NOTE,
     add_fast_arguments,
     add_model_arguments,
-    auto_draft_quantize,
+    apply_fast_choice,
     check_model_arguments,
     describe_fast,
+    fast_choice_line,
     fast_options,
     float_in,
     int_at_least,
@@ -32,7 +32,7 @@ SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")  # the `serve` extr
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, float32_case="the tiny pair")
-    add_fast_arguments(p)
+    add_fast_arguments(p, auto=True)
     p.add_argument("--no-draft", action="store_true", help="serve the target alone")
     p.add_argument(
         "--cross-tokenizer",
@@ -163,8 +163,9 @@ def run_serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.default_max_tokens,
         max_tokens_limit=args.max_tokens_limit,
     )
-    if auto_draft_quantize(args):  # the preset pair's draft in 4 bits (models.arguments)
-        print(AUTO_DRAFT_NOTE, file=sys.stderr, flush=True)
+    choice = apply_fast_choice(args)  # --fast auto: chosen for this machine
+    if choice is not None:
+        print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
     models = load_named_from_arguments(args, **fast_options(args))
     app = build_app(
         models.target,
