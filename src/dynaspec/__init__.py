@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from dynaspec.core.config import LimitsConfig, SpecConfig
     from dynaspec.core.round import Round, StopReason
     from dynaspec.core.stats import GenerationStats, RoundRecord, Summary
+    from dynaspec.drafters.suffix_cache import SuffixCache
     from dynaspec.generation import GenerateOutput, GenerationKwargs, generate
     from dynaspec.models.loading import ModelPair, load_model, load_pair
     from dynaspec.policies import (
@@ -48,6 +49,7 @@ __all__ = [
     "SamplingConfig",
     "SpecConfig",
     "StopReason",
+    "SuffixCache",
     "Summary",
     "generate",
     "load_model",
@@ -61,6 +63,7 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(("LimitsConfig", "SpecConfig"), "dynaspec.core.config"),
     "SamplingConfig": "dynaspec.compat.records",
+    "SuffixCache": "dynaspec.drafters.suffix_cache",
     **dict.fromkeys(("Round", "StopReason"), "dynaspec.core.round"),
     **dict.fromkeys(("GenerationStats", "RoundRecord", "Summary"), "dynaspec.core.stats"),
     **dict.fromkeys(("GenerateOutput", "GenerationKwargs", "generate"), "dynaspec.generation"),
