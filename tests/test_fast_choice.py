@@ -189,3 +189,17 @@ def test_the_automatic_path_on_a_gpu_adds_nothing(avx512: LoadRecorder) -> None:
     args = _args(device="cuda")
     choice = apply_fast_choice(args)
     assert choice is not None and choice.flags() == "" and args.prompt_lookup is None
+
+
+def test_every_record_a_choice_names_is_committed() -> None:
+    """The choice cites its records by folder: they must stand in benchmarks/."""
+    root = Path(__file__).resolve().parents[1]
+    choices = [
+        choose_fast("cpu", "bfloat16", features=AVX512, w4a8=True),
+        choose_fast("cpu", "bfloat16", features=AVX512, w4a8=False),
+        choose_fast("cpu", "float32", features=AVX2),
+        choose_fast("cuda"),
+    ]
+    for choice in choices:
+        folder = choice.record.split(",")[0].split(" (")[0]
+        assert (root / folder).is_dir(), choice.record

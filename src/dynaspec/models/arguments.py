@@ -162,6 +162,13 @@ def check_device_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(error.for_cli())
 
 
+# What --quantize and --draft-quantize accept: the settings some CPU class measured fastest.
+# int4 weights with float activations left: slower than int8 on the AVX2 CPU (0.88x) and
+# than w4a8 / w8a8 on the AVX512-BF16 one (hybrids 0.93x / 0.87x; benchmarks/HISTORY.md:
+# int4-kernel-avx2-2026-12-02, w8a8-avx512-2026-12-04).
+TARGET_QUANTIZE = ("int8", "w8a8", "w4a8")
+DRAFT_QUANTIZE = ("none", *TARGET_QUANTIZE)
+
 FAST_HELP = (
     "auto: the fastest setting that keeps the target's exact output on this machine (the "
     "static path, the draft's quantization, prompt lookup under adaptive; said on stderr), "
@@ -191,18 +198,20 @@ def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
     )
     parser.add_argument(
         "--quantize",
-        choices=("int8", "int4", "w8a8", "w4a8"),
+        choices=TARGET_QUANTIZE,
         default=None,
-        help="CHANGES THE OUTPUT (the one flag that does): the target's and the draft's "
-        "weights in int8 or int4, or with int8 activations too (w8a8, w4a8: AVX512-VNNI); "
-        "the output is then the quantized target's own",
+        help="CHANGES THE OUTPUT (the one flag that does): the target's weights, and by default "
+        "the draft's, in 8 bits (int8: a CPU without native bf16), or with 8-bit activations "
+        "too on AVX512-VNNI (w8a8; w4a8: 4 bits where a layer's weights lie on a 4-bit grid, "
+        "8 elsewhere); the output is then the quantized target's own",
     )
     parser.add_argument(
         "--draft-quantize",
-        choices=("none", "int8", "int4", "w8a8", "w4a8"),
+        choices=DRAFT_QUANTIZE,
         default=None,
-        help="the draft's quantization alone (default: as --quantize); the output stays the "
-        "target's, only the draft's speed and agreement change",
+        help="the draft's weights alone (default: as --quantize): none keeps its dtype; w4a8 "
+        "puts every layer in 4 bits. The output stays the target's; only the draft's speed "
+        "and agreement change",
     )
     parser.add_argument(
         "--draft-engine",

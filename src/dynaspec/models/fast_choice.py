@@ -1,18 +1,22 @@
 """fast="auto": the fastest setting that keeps the target's exact output on this machine.
 
-The choice is made per machine class, from the committed benchmark records (each figure is
-the median over held-out prompts, against the eager target alone on the same machine):
+The choice is made per machine class, from the committed benchmark records (medians over
+held-out prompts, against the eager target alone on the same machine):
 
 - CPU with native bf16 (AVX512-BF16 or AMX, which come with AVX512-VNNI) that builds the
   w4a8 kernel: the static path (bf16 weights prepacked for oneDNN), the draft in 4 bits and
-  prompt lookup (32) under `adaptive`: 4.8-5.6x (benchmarks/draft-w4a8-avx512-2026-12-04,
-  `fast-hybrid-w4a8`), ahead of the transformers target with the same draft on 7 of 8
-  grounded prompts (benchmarks/eager-w4a8-avx512-2026-12-04), the eighth a different text
-  after a bf16 tie. Without the kernel (no C++ compiler) the draft stays in bf16.
+  prompt lookup (32) under `adaptive`: 5.54x (benchmarks/speed/avx512-2026-12-06,
+  `fast-hybrid-w4a8`); the default before it (the transformers target with the same draft,
+  no lookup) ran 1.83-4.62x, and on grounded prompts the static target ran ahead of the
+  transformers one with the same draft and lookup on 7 of 8 (benchmarks/HISTORY.md,
+  `eager-w4a8-avx512-2026-12-04`), the eighth a different text after a bf16 tie. Without
+  the kernel (no C++ compiler) the draft stays in bf16, on the static path too.
 - CPU without native bf16 (AVX2 only; models in float32): the static path for target and
-  draft (float32 prepacked) and prompt lookup (32): 3.8x, every prompt faster than the eager
-  target (1.28-5.97x; benchmarks/qwen2.5-coder-static-avx2-2026-12-02), where the eager
-  pair ran 0.98x (benchmarks/qwen2.5-coder-fast-avx2-2026-12-02).
+  draft (float32 prepacked) and prompt lookup (32): 4.38x, the static pair without lookup
+  2.30x (benchmarks/speed/avx2-2026-12-02, `static-hybrid`, `static-adaptive`), where the
+  eager pair, the default before, ran 0.98x (HISTORY.md, `qwen2.5-coder-fast-avx2-...`).
+  llama.cpp's draft ran as fast there with lookup (1.05x) but needs an optional package: a
+  default never depends on what happens to be installed.
 - CUDA GPU: nothing beyond `adaptive` with the models as loaded. benchmarks/gpu measured the
   forwards (the static path is launch-bound without CUDA graphs), not a whole generation.
 
@@ -96,13 +100,13 @@ def choose_fast(
         features = cpu_features() if features is None else features
         native = " and ".join(features.native_bf16) or "no native bf16"
         if features.native_bf16 and (w4a8_builds() if w4a8 is None else w4a8):
-            record = "benchmarks/draft-w4a8-avx512-2026-12-04"
+            record = "benchmarks/speed/avx512-2026-12-06"
             return FastChoice(f"a CPU with {native}", True, "w4a8", LOOKUP_TOKENS, record)
-        record = "benchmarks/batch-static-avx512-2026-12-03"
+        record = "benchmarks/speed/avx512-2026-12-06, the static path"
         machine = f"a CPU with {native}, without the w4a8 kernel"
         return FastChoice(machine, True, None, LOOKUP_TOKENS, record)
     if chosen == torch.float32:
-        record = "benchmarks/qwen2.5-coder-static-avx2-2026-12-02"
+        record = "benchmarks/speed/avx2-2026-12-02"
         return FastChoice("a CPU in float32", True, None, LOOKUP_TOKENS, record)
     name = str(chosen).removeprefix("torch.")
     return FastChoice(f"a CPU in {name}", False, None, None, "no record for this dtype")

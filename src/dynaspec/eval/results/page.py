@@ -24,7 +24,8 @@ NOTES = {
         "ratios to `target` (the transformers target alone, in the machine's dtype) in the same "
         "run; output: the target's own (a draft never changes it; bf16 ties aside) or the "
         "method's own (a quantized target, or another engine); equal: outputs equal to their "
-        "reference's."
+        "reference's. Command: the `dynaspec generate` flags of the method; peer: another "
+        "engine; dropped: a setting the CLI no longer offers (slower on every CPU class)."
     ),
     "gpu": (
         "Not a measurement of dynaspec on real weights: devicecheck times random-weight models "

@@ -24,6 +24,7 @@ from typing import Any
 from dynaspec.eval.results.commands import generate_command, is_peer
 
 PEER_NOTE = "peer"  # the command column of another engine's method
+DROPPED_NOTE = "dropped"  # ... of a setting the CLI dropped (slower on every CPU class)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,11 @@ def _bench(path: Path, suite: str, rel: str) -> Run:
     rows = tuple(
         (
             f"`{f.method}`",
-            f"`{f.command}`" if f.command else PEER_NOTE,
+            f"`{f.command}`"
+            if f.command
+            else PEER_NOTE
+            if is_peer(f.method, None)
+            else DROPPED_NOTE,
             "target's" if f.exact or f.method == "target" else "own",
             str(f.prompts),
             _tps(f.tokens_per_s),
