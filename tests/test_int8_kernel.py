@@ -5,6 +5,8 @@ stands aside, with the reason, where it cannot be built."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -71,6 +73,8 @@ def test_int8_layers_use_the_kernel_in_float32_and_keep_no_dense_codes() -> None
     assert torch.equal(codes, torch.round(layer.weight / quantized.scale[:, None]).to(torch.int8))
     expected = (x.double() @ codes.double().T) * quantized.scale.double() + layer.bias.double()
     torch.testing.assert_close(quantized(x).double(), expected, rtol=1e-5, atol=1e-5)
+    copied = copy.deepcopy(quantized)  # a copy of the layer shares the one kernel
+    assert copied.kernel is int8_kernel and torch.equal(copied(x), quantized(x))
     # a layer whose width is not a multiple of 8 keeps torch's kernels
     odd = nn.Linear(60, 48)
     assert not Int8Linear(odd.weight.detach(), odd.bias).kernel

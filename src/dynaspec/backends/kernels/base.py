@@ -34,6 +34,12 @@ class CompiledKernel:
         self.state: dict[str, object] = {}  # "function" and "reason", once loaded
         self.lock = threading.Lock()
 
+    def __copy__(self) -> CompiledKernel:
+        return self  # one kernel a process: a copied layer shares it (and its lock)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> CompiledKernel:
+        return self
+
     def function(self) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         """The C function (built at the first call), or None."""
         if "function" not in self.state:
