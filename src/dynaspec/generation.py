@@ -31,6 +31,7 @@ from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.sharing import holding, outside_inference_mode, separate_draft
 from dynaspec.drafters import lookup_config, make_drafter
+from dynaspec.drafters.suffix_cache import SuffixCache, SuffixScope, as_scope
 from dynaspec.policies import make_policy
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def generate(
     assistant_tokenizer: Any = None,
     cross_tokenizer: str = "auto",
     attention_mask: torch.Tensor | None = None,
+    suffix_cache: SuffixCache | SuffixScope | None = None,
     **kwargs: Unpack[GenerationKwargs],
 ) -> GenerateOutput:
     """Generates up to `max_new_tokens` tokens (default 128) with `target`, drafted by `draft`.
@@ -85,6 +87,8 @@ def generate(
     With `tokenizer` and `assistant_tokenizer` (the draft's), a draft of another vocabulary
     drafts by `cross_tokenizer`: "string" (through text, greedy only, as transformers' UAG),
     "intersection" (the shared tokens; sampling too), "auto": intersection when sampling.
+    `suffix_cache` (a `dynaspec.SuffixCache`, or one scope of it, `.scope(key)`): copies also
+    from what earlier calls' texts went on with; each call adds its prompt and output to it.
     """
     started = time.time()  # max_time counts from here, as transformers' MaxTimeCriteria
     spec = SpecConfig(num_assistant_tokens, assistant_confidence_threshold,
@@ -111,14 +115,34 @@ def generate(
     criteria = build_stopping(settings.limits, tokenizer, stopping_criteria, started)
     emission = Emission.needed(criteria, settings.outputs)
     with holding(target, draft), torch.inference_mode():  # one call at a time per adapter
-        eos = settings.limits.eos_token_ids
-        drafter = make_drafter(draft_adapter, target_adapter.vocab_size, eos, lookup, texts, method)
-        output = decode(
-            target_adapter, drafter, prompt, policy, sampler, settings.limits, streamer, emission
-        )
+        output = _decode(target_adapter, draft_adapter, prompt, policy, sampler, settings,
+                         streamer, emission, (lookup, texts, method, suffix_cache))  # fmt: skip
     output.stats.processors = tuple(short_name(p) for p in [*sampler.processors, *criteria])
     output.stats.do_sample = settings.sampling.do_sample
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
+
+
+def _decode(
+    target: Any,
+    draft: Any,
+    prompt: torch.Tensor,
+    policy: LookaheadPolicy,
+    sampler: TokenSampler,
+    settings: Any,
+    streamer: Any,
+    emission: Emission,
+    sources: tuple[Any, Any, str | None, SuffixCache | SuffixScope | None],
+) -> GenerateOutput:
+    """The loop over the draft sources: prompt lookup's config, the tokenizers and method of
+    a draft of another vocabulary, the suffix cache (which takes the call's text after it)."""
+    lookup, texts, method, suffix_cache = sources
+    suffix = as_scope(suffix_cache)
+    eos = settings.limits.eos_token_ids
+    drafter = make_drafter(draft, target.vocab_size, eos, lookup, texts, method, suffix)
+    output = decode(target, drafter, prompt, policy, sampler, settings.limits, streamer, emission)
+    if suffix is not None:  # what this call saw drafts the next ones
+        suffix.add(output.sequences[0].tolist())
+    return output
 
 
 def _sampler(

@@ -34,6 +34,16 @@ class StopReason(str, Enum):
         return self.value
 
 
+class CopySource(str, Enum):
+    """Where a round's copied tokens come from (equal to its string value: `"lookup"`)."""
+
+    LOOKUP = "lookup"  # prompt lookup: the request's own prompt and text so far
+    SUFFIX = "suffix"  # the suffix cache: what earlier requests' texts went on with
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Choice(str, Enum):
     """What a source's own rule chose before a round; its prober learns from it."""
 
@@ -58,11 +68,32 @@ class DraftOptions:
     #                       catch-up is the whole prompt's prefill)
     checks: bool = False  # the draft model can check a copy (DraftPlan.checked): a draft of
     #                       the target's vocabulary, which takes the continuation as a guess
+    suffix: torch.Tensor | None = None  # (L,) the suffix cache's continuation on offer
+    suffix_agreement: int = 0  # tokens its context agrees on, back from the newest
+    suffix_frequencies: tuple[float, ...] = ()  # (L,) how often each of its tokens followed
+    #                                             the ones before it (SuffixMatch)
 
     @property
     def num_copy(self) -> int:
         """Tokens on offer from prompt lookup (0: no match)."""
         return 0 if self.copy is None else self.copy.numel()
+
+    @property
+    def num_suffix(self) -> int:
+        """Tokens on offer from the suffix cache (0: none)."""
+        return 0 if self.suffix is None else self.suffix.numel()
+
+    @property
+    def offers_copy(self) -> bool:
+        """Whether either copy source offers tokens."""
+        return bool(self.num_copy or self.num_suffix)
+
+    def chosen(self, source: CopySource) -> DraftOptions:
+        """The offer as the copying code reads it: `copy` and `agreement` those of `source`
+        (the suffix cache's, or prompt lookup's as they are)."""
+        if source is not CopySource.SUFFIX:
+            return self
+        return replace(self, copy=self.suffix, agreement=self.suffix_agreement)
 
 
 @dataclass(frozen=True)
@@ -82,6 +113,8 @@ class DraftPlan:
     #                   of copying it (policies/source_plan.py)
     worth: float = 1.0  # in a batch, what one of the row's tokens is worth to the batch's
     #                     time (0: the row has ended; policies/batch_adaptive.py)
+    source: CopySource = CopySource.LOOKUP  # where the copied (and guessed, checked) tokens
+    #                                         come from
 
     @property
     def total(self) -> int:

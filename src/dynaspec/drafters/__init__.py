@@ -14,6 +14,8 @@ from dynaspec.drafters.hybrid import HybridDrafter
 from dynaspec.drafters.intersection import IntersectionDrafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, match_for
 from dynaspec.drafters.shared_vocab import shared_vocabulary
+from dynaspec.drafters.suffix import SuffixDrafter
+from dynaspec.drafters.suffix_cache import SuffixCache, SuffixScope
 from dynaspec.errors import ConfigError
 
 __all__ = [
@@ -23,6 +25,9 @@ __all__ = [
     "LookupConfig",
     "ModelDrafter",
     "PromptLookupDrafter",
+    "SuffixCache",
+    "SuffixDrafter",
+    "SuffixScope",
     "lookup_config",
     "make_drafter",
 ]
@@ -56,11 +61,14 @@ def make_drafter(
     lookup: LookupConfig | None = None,
     texts: tuple[Any, Any] | None = None,
     cross_tokenizer: str | None = "string",
+    suffix: SuffixScope | None = None,
 ) -> Drafter | None:
     """The draft source for generate(): the draft model, prompt lookup (with a `lookup`
     config), both (the hybrid), or None (the target alone). With `texts`, the target's and
     the draft's tokenizers, the draft model drafts through text (`cross_tokenizer`
-    "string") or over the tokens both share ("intersection"), with prompt lookup or not."""
+    "string") or over the tokens both share ("intersection"), with prompt lookup or not.
+    With `suffix`, a scope of a suffix cache, the suffix cache is a third source
+    (drafters/suffix.py)."""
     model: ModelDrafter | CrossTokenizerDrafter | None = None
     if texts is not None and draft is not None:
         draft_eos = draft_eos_ids(texts[1], draft)
@@ -71,7 +79,9 @@ def make_drafter(
             model = CrossTokenizerDrafter(draft, texts[0], texts[1], draft_eos)
     elif draft is not None:
         model = ModelDrafter(draft)
-    if lookup is None:
+    copier = None if lookup is None else PromptLookupDrafter(lookup, vocab_size, eos_token_ids)
+    if suffix is not None:
+        return SuffixDrafter(suffix, vocab_size, eos_token_ids, model=model, lookup=copier)
+    if copier is None:
         return model
-    copier = PromptLookupDrafter(lookup, vocab_size, eos_token_ids)
     return copier if model is None else HybridDrafter(model, copier)

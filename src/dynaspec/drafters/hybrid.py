@@ -57,24 +57,45 @@ class HybridDrafter:
         sampler: TokenSampler,
         eos_token_ids: tuple[int, ...],
     ) -> Proposal:
-        copied = copy_proposal(options, plan.copy, sampler, self.lookup.vocab_size)
-        if plan.model <= 0:
-            return copied
-        args = (torch.cat([tokens, copied.tokens]), plan.model, stopper, sampler, eos_token_ids)
-        if isinstance(self.model, ModelDrafter):  # a draft of the target's vocabulary: the
-            #                                       continuation's next tokens are its guess
-            drafted = self.model.draft(
-                *args,
-                first_index=copied.num_copied,
-                guess=guess(options, plan),
-                checked=plan.checked,
-            )
-        else:
-            drafted = self.model.draft(*args, first_index=copied.num_copied)
-        return join(copied, drafted)
+        return copy_then_model(
+            self.model,
+            self.lookup.vocab_size,
+            tokens,
+            options,
+            plan,
+            stopper,
+            sampler,
+            eos_token_ids,
+        )
 
     def crop(self, num_committed: int) -> None:
         self.model.crop(num_committed)
+
+
+def copy_then_model(
+    model: ModelDrafter | CrossTokenizerDrafter,
+    vocab_size: int,
+    tokens: torch.Tensor,
+    options: DraftOptions,
+    plan: DraftPlan,
+    stopper: Stopper,
+    sampler: TokenSampler,
+    eos_token_ids: tuple[int, ...],
+) -> Proposal:
+    """The plan's copied tokens from `options.copy`, then the model's (fed the copied ones
+    with its catch-up), the rest of the continuation its guess where it takes one."""
+    copied = copy_proposal(options, plan.copy, sampler, vocab_size)
+    if plan.model <= 0:
+        return copied
+    args = (torch.cat([tokens, copied.tokens]), plan.model, stopper, sampler, eos_token_ids)
+    if isinstance(model, ModelDrafter):  # a draft of the target's vocabulary: the
+        #                                  continuation's next tokens are its guess
+        drafted = model.draft(
+            *args, first_index=copied.num_copied, guess=guess(options, plan), checked=plan.checked
+        )
+    else:
+        drafted = model.draft(*args, first_index=copied.num_copied)
+    return join(copied, drafted)
 
 
 def guess(options: DraftOptions, plan: DraftPlan) -> torch.Tensor | None:

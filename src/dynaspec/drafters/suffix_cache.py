@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from dynaspec.drafters.suffix_index import MAX_AGREEMENT, IndexConfig, ScopeIndex, SuffixMatch
 from dynaspec.errors import ConfigError
@@ -85,6 +86,10 @@ class SuffixCache:
             self._scopes.move_to_end(scope)
             return index.lookup(tail, frozenset(int(token) for token in eos))
 
+    def scope(self, key: str) -> SuffixScope:
+        """One scope of the cache, as `generate(..., suffix_cache=...)` takes it."""
+        return SuffixScope(self, key)
+
     def nbytes(self) -> int:
         """The memory the stored sequences and their index take, estimated."""
         with self._lock:
@@ -113,6 +118,25 @@ class SuffixCache:
         if total > self.budget and self._scopes:
             scope, index = next(reversed(self._scopes.items()))
             self._scopes[scope] = keep_newest(index, self.budget // 2)
+
+
+@dataclass(frozen=True)
+class SuffixScope:
+    """One scope of a SuffixCache: what a call reads and adds to."""
+
+    cache: SuffixCache
+    key: str = DEFAULT_SCOPE
+
+    def add(self, tokens: Iterable[int]) -> None:
+        self.cache.add(tokens, self.key)
+
+    def lookup(self, context: Sequence[int], eos: Iterable[int] = ()) -> SuffixMatch | None:
+        return self.cache.lookup(context, self.key, eos)
+
+
+def as_scope(cache: SuffixCache | SuffixScope | None) -> SuffixScope | None:
+    """A cache as its default scope; a scope as it is."""
+    return cache.scope(DEFAULT_SCOPE) if isinstance(cache, SuffixCache) else cache
 
 
 def keep_newest(index: ScopeIndex, budget: int) -> ScopeIndex:

@@ -24,7 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dynaspec.core.round import Choice, DraftOptions, DraftPlan, DraftStep, Round, StopReason
+from dynaspec.core.round import (
+    Choice,
+    CopySource,
+    DraftOptions,
+    DraftPlan,
+    DraftStep,
+    Round,
+    StopReason,
+)
 from dynaspec.policies.calibration import Calibration
 from dynaspec.policies.costs import CostModel
 from dynaspec.policies.lookup_acceptance import LookupAcceptance, LookupPrior
@@ -54,6 +62,9 @@ class AdaptiveConfig:
     min_prefill_tokens: int = 16  # a target forward over at least this many unseen tokens
     #                              times the target's prefill (per token)
     lookup: LookupPrior = LookupPrior()  # copied tokens' acceptance per agreement, until learnt
+    suffix: LookupPrior = LookupPrior()  # the suffix cache's copies' acceptance per
+    #                                      agreement, until learnt (times each token's
+    #                                      frequency: policies/source_plan.py)
     check_below: int = 4  # a running draft model checks a copy whose match agrees on fewer
     #                      tokens than this, instead of it being copied (0: never;
     #                      policies/source_plan.py)
@@ -78,6 +89,11 @@ class AdaptivePolicy:
         self.rate = 1.0  # running tokens per target step (>= 1 when it is used)
         self.prober = Prober(cfg.probe_interval, cfg.max_probe_interval)  # the draft model's
         self.lookup = LookupAcceptance(cfg.lookup)  # copied tokens' acceptance, its prober
+        self.suffix = LookupAcceptance(cfg.suffix)  # the same for the suffix cache's copies
+
+    def acceptance(self, source: CopySource) -> LookupAcceptance:
+        """The learned acceptance (and prober) of the copies from `source`."""
+        return self.suffix if source is CopySource.SUFFIX else self.lookup
 
     def new_costs(self) -> CostModel:
         """A cost model holding the priors only."""
@@ -87,9 +103,10 @@ class AdaptivePolicy:
         )
 
     def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
-        """The model's own rule; with a lookup match, the choice of sources (source_plan)."""
+        """The model's own rule; with a copy on offer (a lookup match, the suffix cache's),
+        the choice of sources (source_plan)."""
         alone = self.model_plan(options.catchup, remaining) if options.catchup else DraftPlan()
-        if not options.num_copy:
+        if not options.offers_copy:
             return alone
         return plan_with_copy(self, options, remaining, alone)
 
@@ -104,10 +121,11 @@ class AdaptivePolicy:
     def learn_tokens(self, round: Round) -> None:
         """What the round's drafted tokens teach: the copied tokens' acceptance and the copy
         prober, the draft model's calibration."""
+        copies = self.acceptance(round.plan.source)
         if round.plan.copy_choice is not None:
-            self.lookup.prober.learn(round.plan.copy_choice)
+            copies.prober.learn(round.plan.copy_choice)
         if round.num_copied:
-            self.lookup.learn(round.agreement, round.num_copied, round.num_accepted)
+            copies.learn(round.agreement, round.num_copied, round.num_accepted)
         copied = min(round.num_copied, round.num_accepted, round.num_emitted)
         self.lookup.learn_share(round.num_emitted, copied)
         self.calibration.learn(*_model_tokens(round))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Round, StopReason
+from dynaspec.core.round import CopySource, DraftOptions, DraftPlan, DraftStep, Round, StopReason
 
 
 def default_plan(
@@ -14,12 +14,16 @@ def default_plan(
     remaining: int | None,
 ) -> DraftPlan:
     """Copy the whole match, then let the draft model carry on up to `lookahead(catchup,
-    remaining)` tokens in all (the copied ones count, and are part of its catch-up)."""
-    copy = options.num_copy
+    remaining)` tokens in all (the copied ones count, and are part of its catch-up). The
+    match is prompt lookup's, as in transformers; the suffix cache's only where prompt lookup
+    offers none."""
+    source = CopySource.SUFFIX if options.num_suffix and not options.num_copy else None
+    copy = options.num_suffix if source else options.num_copy
+    source = source or CopySource.LOOKUP
     if options.catchup is None:
-        return DraftPlan(copy, 0)
+        return DraftPlan(copy, 0, source=source)
     total = lookahead(options.catchup + copy, remaining)
-    return DraftPlan(copy, max(total - copy, 0))
+    return DraftPlan(copy, max(total - copy, 0), source=source)
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ class BatchAdaptivePolicy:
         plans = []
         for row, offer in enumerate(options):
             alone = replace(model if row in ready else DraftPlan(), worth=worths[row])
-            if offer is not None and offer.num_copy:  # a copied token gains `worth`
+            if offer is not None and offer.offers_copy:  # a copied token gains `worth`
                 floor = rate / max(worths[row], 1e-12)
                 made = plan_with_copy(shared, offer, remaining[row], alone, floor)
                 alone = replace(made, worth=worths[row])

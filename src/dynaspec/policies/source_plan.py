@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from dynaspec.core.round import Choice, DraftOptions, DraftPlan
+from dynaspec.core.round import Choice, CopySource, DraftOptions, DraftPlan
 from dynaspec.policies.calibration import Calibration
 from dynaspec.policies.costs import CostModel
-from dynaspec.policies.lookup_acceptance import LookupAcceptance
+from dynaspec.policies.lookup_acceptance import LookupAcceptance, agreement_bucket
 
 
 class PlanLimits(Protocol):
@@ -43,7 +43,10 @@ class CopyPlanner(Protocol):
     rate: float  # running tokens per target step
     calibration: Calibration  # the draft model's acceptance by confidence
     costs: CostModel  # V(n), the draft's step and catch-up costs
-    lookup: LookupAcceptance  # the copies' acceptance by agreement
+    lookup: LookupAcceptance  # prompt lookup's copies' acceptance by agreement
+    suffix: LookupAcceptance  # the suffix cache's copies' acceptance by agreement
+
+    def acceptance(self, source: CopySource) -> LookupAcceptance: ...
 
     def model_value(
         self,
@@ -67,36 +70,73 @@ def plan_with_copy(
     alone: DraftPlan,
     floor: float = 1.0,
 ) -> DraftPlan:
-    """The sources of a round with a lookup match on offer; `alone` is the draft model's
-    own plan (nothing without a draft model). rho is never taken below `floor`: what the
-    target alone yields per step (1; in a batch, 1 per row going, as the batch's rate
+    """The sources of a round with a copy on offer (prompt lookup's match, the suffix
+    cache's continuation, or both: the one whose copy is worth more); `alone` is the draft
+    model's own plan (nothing without a draft model). rho is never taken below `floor`: what
+    the target alone yields per step (1; in a batch, 1 per row going, as the batch's rate
     counts every row's tokens)."""
     rho = max(policy.rate, floor)
-    # a long match's untried buckets trust the copy as much as a running draft (a_c)
-    has_model = options.catchup is not None
-    borrowed = policy.calibration.continuation_acceptance() if has_model else 0.0
-    probs = policy.lookup.prefix_probs(options.agreement, options.num_copy, borrowed)
+    source, probs = _best_source(policy, options, rho)
+    offer = options.chosen(source)
+    learner = policy.acceptance(source)
     copied = _copy_length(probs, rho, policy)
-    copied, choice = policy.lookup.choose(copied)  # 1 now and then when it keeps declining
+    copied, choice = learner.choose(copied)  # 1 now and then when it keeps declining
     if not copied:
-        return _alone(policy, alone, probs, choice)
+        return _alone(policy, alone, probs, choice, source)
     expected = sum(probs[:copied])
     value = expected - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
-    start = rho * _start_cost(policy, options)
+    start = rho * _start_cost(policy, offer)
     carry = _carry_on_value(
-        policy, probs[copied - 1], copied, options.catchup, expected, remaining, rho
+        policy, probs[copied - 1], copied, offer.catchup, expected, remaining, rho
     )
     if alone.model and policy.model_value(floor=rho) - start > value + max(carry, 0.0):
         # the model alone is worth more than the copy
-        return _alone(policy, alone, probs, choice)
-    if _checks(policy, options):
+        return _alone(policy, alone, probs, choice, source)
+    if _checks(policy, offer):
         lookahead = copied + policy.config.max_tokens
-        return DraftPlan(model=lookahead, copy_choice=choice, guess=copied, checked=copied)
+        return DraftPlan(
+            model=lookahead, copy_choice=choice, guess=copied, checked=copied, source=source
+        )
     model = max(policy.config.max_tokens - copied, 0) if carry > 0.0 else 0  # 0: stands aside
     guess = _guess_length(policy, probs, copied, model)
     return DraftPlan(
-        copied, model, copy_choice=choice, copy_accepted=probs[copied - 1], guess=guess
+        copied,
+        model,
+        copy_choice=choice,
+        copy_accepted=probs[copied - 1],
+        guess=guess,
+        source=source,
     )
+
+
+def _best_source(
+    policy: CopyPlanner, options: DraftOptions, rho: float
+) -> tuple[CopySource, list[float]]:
+    """The copy source whose best copy is worth more (Q_1 + ... + Q_m - rho (V(m + 1) - 1)
+    at its own best m; prompt lookup on a tie), and its Q_1 .. Q_L. A suffix cache's token
+    j is accepted with b(ell + j), learned by agreement for its copies apart from prompt
+    lookup's, times how often it followed the tokens before it (`suffix_frequencies`)."""
+    # a long match's untried buckets trust the copy as much as a running draft (a_c)
+    has_model = options.catchup is not None
+    borrowed = policy.calibration.continuation_acceptance() if has_model else 0.0
+    candidates: list[tuple[CopySource, list[float]]] = []
+    if options.num_copy:
+        probs = policy.lookup.prefix_probs(options.agreement, options.num_copy, borrowed)
+        candidates.append((CopySource.LOOKUP, probs))
+    if options.num_suffix:
+        rates = policy.suffix.rates(borrowed)
+        probs, prefix = [], 1.0
+        for position, frequency in enumerate(options.suffix_frequencies):
+            prefix *= rates[agreement_bucket(options.suffix_agreement + position)] * frequency
+            probs.append(prefix)
+        candidates.append((CopySource.SUFFIX, probs))
+    return max(candidates, key=lambda candidate: _copy_value(candidate[1], rho, policy))
+
+
+def _copy_value(probs: list[float], rho: float, policy: CopyPlanner) -> float:
+    """Q_1 + ... + Q_m - rho (V(m + 1) - 1) at the best m (`_copy_length`); 0 for none."""
+    copied = _copy_length(probs, rho, policy)
+    return sum(probs[:copied]) - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
 
 
 def _checks(policy: CopyPlanner, options: DraftOptions) -> bool:
@@ -110,10 +150,18 @@ def _checks(policy: CopyPlanner, options: DraftOptions) -> bool:
     return options.checks and options.started and options.agreement < policy.config.check_below
 
 
-def _alone(policy: CopyPlanner, alone: DraftPlan, probs: list[float], choice: Choice) -> DraftPlan:
-    """The draft model's own plan, the continuation on offer its guess."""
+def _alone(
+    policy: CopyPlanner,
+    alone: DraftPlan,
+    probs: list[float],
+    choice: Choice,
+    source: CopySource = CopySource.LOOKUP,
+) -> DraftPlan:
+    """The draft model's own plan, the continuation on offer (from `source`) its guess."""
     guess = _guess_length(policy, probs, 0, alone.model)
-    return DraftPlan(model=alone.model, probe=alone.probe, copy_choice=choice, guess=guess)
+    return DraftPlan(
+        model=alone.model, probe=alone.probe, copy_choice=choice, guess=guess, source=source
+    )
 
 
 def _guess_length(policy: CopyPlanner, probs: list[float], copied: int, model: int) -> int:
