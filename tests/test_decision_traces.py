@@ -72,3 +72,58 @@ def driver(schedule: str):
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: "/".join(map(str, s)))
 def test_decisions_are_those_recorded(scenario) -> None:
     assert trace(driver, *scenario) == TRACES["/".join(map(str, scenario))]
+
+
+def batch_driver(schedule: str):
+    """The scenario's calls on a batch policy of one row (the server with one request):
+    `BatchAdaptivePolicy` for adaptive, a policy per row for the others."""
+    from dynaspec.batch import batch_policy
+
+    lookahead = 5 if schedule == "heuristic" else 20
+    spec = SpecConfig(lookahead, num_assistant_tokens_schedule=schedule)
+    policy = batch_policy(spec, 0)
+    policy.join()
+    plans: dict[int, DraftPlan] = {}
+
+    def plan(catchup, copy_tokens, agreement, remaining, started):
+        copy = torch.zeros(copy_tokens, dtype=torch.long) if copy_tokens else None
+        options = DraftOptions(catchup, copy, agreement if copy_tokens else 0, started=started)
+        made = policy.plan([options], [remaining])[0]
+        planned = Planned(made.copy, made.model)
+        plans[id(planned)] = made
+        return planned
+
+    def start(planned):
+        stopper = policy.stopper([plans[id(planned)]])
+        return lambda i, pos, tok, conf: bool(stopper.stop({0: DraftStep(i, pos, tok, conf)}))
+
+    def update(planned, o: Outcome):
+        made = plans.pop(id(planned))
+        policy.update(
+            [
+                Round(
+                    plan=made,
+                    stop_reason=StopReason.MAX,
+                    num_drafted=o.drafted,
+                    num_copied=o.copied,
+                    num_accepted=o.accepted,
+                    num_emitted=o.accepted + 1,
+                    num_verified=o.verified,
+                    agreement=o.agreement,
+                    catchup=o.catchup,
+                    draft_forwards=o.draft_forwards,
+                    confidences=o.confidences,
+                    draft_time_s=o.draft_time_s,
+                    target_time_s=o.target_time_s,
+                )
+            ]
+        )
+
+    return plan, start, update
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: "/".join(map(str, s)))
+def test_a_batch_of_one_row_decides_as_one_sequence(scenario) -> None:
+    """The batch policy with one row (a request alone in the server) replays the traces of
+    the single policy: one rule, whichever loop runs it."""
+    assert trace(batch_driver, *scenario) == TRACES["/".join(map(str, scenario))]

@@ -95,3 +95,28 @@ def test_a_target_with_a_stepping_draft_gives_its_own_output(arch: str) -> None:
     prompts = random_prompts(3, 128, min_len=3, max_len=10, seed=6)
     assert_speculative_equals_alone(target, fast_draft, prompts)
     assert_speculative_equals_alone(target, fast_draft, prompts, prompt_lookup_num_tokens=8)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_batch_row_drafting_alone_takes_the_step_bit_for_bit(arch: str) -> None:
+    """A batch whose one row is fed one token runs the single adapter's step over that
+    row's cache: its logits are the single adapter's, bit for bit (a w4a8 draft's token in
+    a served request costs what it costs in generate)."""
+    from dynaspec.backends.static_batch import StaticBatchAdapter
+
+    draft = _draft(arch)
+    batch = StaticBatchAdapter(draft)
+    prompts = [torch.tensor([7, 8, 9, 10, 11]), torch.tensor([20, 21, 22])]
+    draft.begin(prompts[1][None])
+    draft.forward(prompts[1], 1)
+    batch.begin(torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long))
+    batch.lengths = [0, 0]
+    batch.forward(list(prompts), [1, 1])
+    calls = []
+    step = draft._step
+    draft._step = lambda *args: calls.append(1) or step(*args)  # the batch's `fast` too
+    for token in (5, 77, 12):
+        alone = draft.forward(torch.tensor([token]), 1)
+        rows = batch.forward([torch.tensor([], dtype=torch.long), torch.tensor([token])], [0, 1])
+        assert rows[0].numel() == 0 and torch.equal(rows[1], alone)
+    assert len(calls) == 6  # three tokens alone, three in the batch

@@ -139,6 +139,9 @@ class StaticBatchAdapter:
             return [torch.empty(0, self.vocab_size, device=self.device) for _ in new_tokens]
         rows = len(real)
         self._reserve(rows, max(starts) + width)
+        fed = [row for row, tokens in enumerate(real) if tokens.numel()]
+        if width == 1 and len(fed) == 1 and self.fast._step is not None:
+            return self._token_step(fed[0], real[fed[0]], starts[fed[0]], num_logits)
         ids = torch.zeros(rows, width, dtype=torch.long, device=self.device)
         for row, tokens in enumerate(real):
             ids[row, : tokens.numel()] = tokens
@@ -162,6 +165,23 @@ class StaticBatchAdapter:
             ]
         logits = self.decoder.lm_head(torch.cat(picked))  # (sum of counts, V)
         return list(logits.split(counts))
+
+    def _token_step(
+        self, row: int, token: torch.Tensor, start: int, num_logits: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """One token of one row (the others fed nothing) by the single adapter's step
+        (backends/token_step.py: a w4a8 draft's token in few calls) over that row's cache,
+        so a drafting row of a batch costs what it costs alone."""
+        cache = [tensor[row : row + 1] for tensor in self.cache]  # (1, kv_heads, L, d) views
+        positions = torch.tensor([[start]], device=self.device)  # (1, 1)
+        mask = causal_mask(positions, start + 1, self.capacity)  # (1, 1, A)
+        hidden = self.fast._step(token, start, self._cos, self._sin, cache, mask)  # (1, H)
+        logits = self.decoder.lm_head(hidden)  # (1, V)
+        empty = logits[:0]
+        return [
+            logits if index == row and num_logits[index] else empty
+            for index in range(len(self.lengths))
+        ]
 
     def _packing(
         self, sizes: list[int], width: int, starts: list[int], attend: int

@@ -11,7 +11,7 @@ processed and stopped by its own sampler and stopper.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -20,8 +20,10 @@ from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
-from dynaspec.drafters.hybrid import join
+from dynaspec.drafters.draft_model import ModelDrafter
+from dynaspec.drafters.hybrid import guess, join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
+from dynaspec.drafters.rows import RowStopper
 
 
 @dataclass
@@ -52,6 +54,36 @@ class _Drafting:
             draft_forwards=len(self.tokens),
             catchup=self.catchup,
         )
+
+
+class RowView:
+    """Row `row` of a batch adapter as one sequence's `ModelAdapter`: the other rows are fed
+    nothing and keep their caches."""
+
+    is_encoder_decoder = False
+
+    def __init__(self, batch: BatchModelAdapter, row: int) -> None:
+        self.batch, self.row = batch, row
+        self.vocab_size = batch.vocab_size
+        self.max_length = batch.max_length
+        self.device = getattr(batch, "device", None)
+
+    @property
+    def num_cached(self) -> int:
+        return self.batch.num_cached[self.row]
+
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+        raise NotImplementedError("a row of a batch begins with the batch")
+
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        rows, empty = len(self.batch.num_cached), new_tokens[:0]
+        feeds = [new_tokens if row == self.row else empty for row in range(rows)]
+        wanted = [num_logits if row == self.row else 0 for row in range(rows)]
+        return self.batch.forward(feeds, wanted)[self.row]
+
+    def crop(self, num_tokens: int) -> None:
+        cached = self.batch.num_cached
+        self.batch.crop([num_tokens if row == self.row else n for row, n in enumerate(cached)])
 
 
 class BatchDrafter:
@@ -89,13 +121,15 @@ class BatchDrafter:
 
     def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
-        are left padding (never searched by prompt lookup)."""
+        are left padding (never searched by prompt lookup). A batch of one row offers what
+        generate()'s hybrid offers: the draft model may check a copy (`checks`)."""
         catchup = None if self.model is None else tokens.numel() - self.model.num_cached[row]
         started = self.model is not None and self.model.num_cached[row] > 0
         if self.lookup is None:
             return DraftOptions(catchup, started=started)
+        checks = self.model is not None and len(self.model.num_cached) == 1
         found = self.lookup.offer(tokens[pads:])
-        return DraftOptions(catchup, found.copy, found.agreement, found.search_s, started)
+        return replace(found, catchup=catchup, started=started, checks=checks)
 
     def propose(
         self,
@@ -124,11 +158,46 @@ class BatchDrafter:
                 drafting[row] = _Drafting(
                     ahead, copy.num_copied, plan.model, samplers[row], catchup
                 )
+        if len(drafting) == 1:  # one row drafts: as it would alone (its guess, its checks)
+            row, state = next(iter(drafting.items()))
+            drafted = self._draft_alone(
+                row, state, options[row], plans[row], stopper, eos_token_ids[row]
+            )
+            return [
+                copy if copy is None or index != row else join(copy, drafted)
+                for index, copy in enumerate(copied)
+            ]
         self._draft(drafting, stopper, eos_token_ids)
         return [
             copy if copy is None or row not in drafting else join(copy, drafting[row].proposal())
             for row, copy in enumerate(copied)
         ]
+
+    def _draft_alone(
+        self,
+        row: int,
+        state: _Drafting,
+        offer: DraftOptions | None,
+        plan: DraftPlan,
+        stopper: BatchStopper,
+        eos_token_ids: tuple[int, ...],
+    ) -> Proposal:
+        """The one drafting row's model tokens, drafted by generate()'s `ModelDrafter` over
+        that row of the batch adapter (`RowView`): its guess and its checked copy as alone,
+        and the row's own stopper where the policy is one per row."""
+        assert self.model is not None and offer is not None
+        # a stopper made of one Stopper per row (policies/batch.py) hands the row its own
+        own = getattr(stopper, "stoppers", {}).get(row) or RowStopper(stopper, row)
+        return ModelDrafter(RowView(self.model, row)).draft(
+            state.sequence,
+            state.limit,
+            own,
+            state.sampler,
+            eos_token_ids,
+            first_index=state.first_index,
+            guess=guess(offer, plan),
+            checked=plan.checked,
+        )
 
     def _draft(
         self,
