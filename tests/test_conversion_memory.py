@@ -12,7 +12,7 @@ from torch import nn
 
 from dynaspec.backends import pages, quant
 from dynaspec.backends.kernels import int4_codes as int4_kernel
-from dynaspec.backends.kernels.int4_bf16 import KERNEL as int4_bf16_kernel
+from dynaspec.backends.kernels.w4a8 import KERNEL as w4a8_kernel
 from dynaspec.backends.pages import FileMapping, clean_file_mappings, drop_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and madvise")
@@ -122,11 +122,11 @@ def test_int4_codes_a_few_rows_at_a_time_are_the_whole_matrixs(monkeypatch) -> N
     assert error == pytest.approx(float(direct), rel=1e-5)
 
 
-def test_the_int4_bf16_layout_a_few_tiles_at_a_time_is_the_whole_matrixs(monkeypatch) -> None:
-    codes, scale, offset = int4_kernel.quantize(torch.randn(256, 64), 32)
-    whole = int4_bf16_kernel.packed(codes, scale, offset)
-    monkeypatch.setattr(int4_bf16_kernel, "PACK_ROWS", 64)
-    assert torch.equal(int4_bf16_kernel.packed(codes, scale, offset), whole)
+def test_the_w4a8_layout_a_few_tiles_at_a_time_is_the_whole_matrixs(monkeypatch) -> None:
+    codes, scale, offset = int4_kernel.quantize(torch.randn(256, 256), 32)
+    whole = w4a8_kernel.packed(codes, scale, offset)
+    monkeypatch.setattr(w4a8_kernel, "PACK_ROWS", 64)
+    assert torch.equal(w4a8_kernel.packed(codes, scale, offset), whole)
 
 
 def test_trimming_the_heap_is_harmless() -> None:

@@ -1,4 +1,4 @@
-"""The bf16-activation kernels (int8, int4, w8a8, w4a8) write bf16 themselves for bf16
+"""The bf16-activation kernels (int8, w8a8, w4a8) write bf16 themselves for bf16
 layers: bit for bit what converting their float32 output gives (torch's rounding, to
 nearest, ties to even, NaN as 0xFFFF, infinities kept), and quantized layers use it."""
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from dynaspec.backends.kernels.int4_bf16 import KERNEL as int4_bf16_kernel
 from dynaspec.backends.kernels.int8_bf16 import KERNEL as int8_bf16_kernel
 from dynaspec.backends.kernels.w4a8 import KERNEL as w4a8_kernel
 from dynaspec.backends.kernels.w8a8 import KERNEL as w8a8_kernel
@@ -31,7 +30,7 @@ def _operands(module):
 
 @pytest.mark.parametrize(
     "module",
-    [int8_bf16_kernel, int4_bf16_kernel, w8a8_kernel, w4a8_kernel],
+    [int8_bf16_kernel, w8a8_kernel, w4a8_kernel],
     ids=lambda m: m.SPEC.name,
 )
 @pytest.mark.parametrize("tokens", [1, 3, 8])

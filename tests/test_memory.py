@@ -46,7 +46,7 @@ def test_a_quantized_fast_copy_counts_its_kernels_bytes_a_weight(monkeypatch):
     kernel = registry.matmul_kernel("int8", torch.float32)
     monkeypatch.setattr(kernel, "problem", lambda: None)
     assert registry.weight_bytes("int8", torch.float32) == 1.0
-    assert registry.weight_bytes("int4", torch.float16) is None  # no kernel: torch's
+    assert registry.weight_bytes("int8", torch.float16) is None  # no kernel: torch's
     monkeypatch.setattr(kernel, "problem", lambda: "no C++ compiler")
     assert registry.weight_bytes("int8", torch.float32) is None  # torch's: the dtype's bytes
 

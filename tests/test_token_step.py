@@ -81,7 +81,7 @@ def test_joined_weights_leave_each_layer_its_own_output(monkeypatch, arch: str) 
 
 def test_only_uncompiled_w4a8_drafts_take_the_step() -> None:
     assert make_fast(_model("qwen2"), quantize="w4a8")._step is None  # a target
-    assert make_fast(_model("qwen2"), quantize="int4", draft=True)._step is None
+    assert make_fast(_model("qwen2"), quantize="int8", draft=True)._step is None
     assert make_fast(_model("qwen2").float(), quantize="w4a8", draft=True)._step is None
 
 

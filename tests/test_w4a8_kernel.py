@@ -96,6 +96,21 @@ def test_w4a8_puts_four_bit_layers_on_the_kernel_and_finer_ones_on_w8a8() -> Non
     assert isinstance(layer, Int8Linear) and layer.kernel is w8a8_kernel
 
 
+@needs_kernel
+def test_a_w4a8_draft_puts_every_layer_in_4_bits_and_a_target_does_not() -> None:
+    """A draft's precision changes only how often its tokens are accepted: every layer in 4
+    bits; a target keeps the layers finer than 4 bits (the tiny model's gaussian ones) in 8."""
+
+    def kinds(adapter) -> set[str]:
+        return {type(m).__name__ for m in adapter.decoder.modules() if "Linear" in type(m).__name__}
+
+    target, draft = bf16_llama_pair()
+    fast_target = make_fast(target, quantize="w4a8")
+    fast_draft = make_fast(draft, quantize="w4a8", draft=True)
+    assert "Int8Linear" in kinds(fast_target)
+    assert kinds(fast_draft) == {"Int4Linear"} and fast_draft.fast.int4_everywhere
+
+
 def test_without_the_kernel_w4a8_says_why(monkeypatch) -> None:
     monkeypatch.setattr(kernel, "state", {"function": None, "reason": "switched off"})
     with pytest.raises(ConfigError, match="w4a8 kernel, which does not run here: switched off"):

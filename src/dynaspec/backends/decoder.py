@@ -290,7 +290,7 @@ class StaticDecoder(nn.Module):
         int4_everywhere: bool = False,
     ) -> None:
         """quantize: None or one of quant.QUANTIZE_MODES (every linear layer, the head included);
-        int4_everywhere: int4/w4a8 put even the layers finer than 4 bits in 4 bits (a draft);
+        int4_everywhere: w4a8 puts even the layers finer than 4 bits in 4 bits (a draft);
         dense_batches: int8 keeps its codes dense for many-token forwards (2 bytes a weight);
         prepack: bf16 dense weights prepacked for oneDNN (a copy: the model's own weights
         are then no longer used); release: free each original weight as soon as its copy

@@ -1,14 +1,16 @@
-"""Weight-only quantized linear layers (int8, int4) built from a model's `nn.Linear`.
+"""Quantized linear layers (int8 weights; w8a8 and w4a8: 8- and 4-bit weights with 8-bit
+activations) built from a model's `nn.Linear`.
 
-Quantizing only the weights keeps activations in the model's dtype, so a forward reads
-about half (int8) or a quarter (int4) of the bytes a bf16 forward reads. A decoding step
+Quantizing the weights to 8 bits keeps activations in the model's dtype, so a forward reads
+about half the bytes a bf16 forward reads. A decoding step
 with one token is bound by reading the weights, which is why it speeds up; a forward over
 many tokens is bound by arithmetic, which the quantized kernels do not speed up.
 
-Kernels: torch's own `torch._weight_int8pack_mm` (int8 weights, one scale per output row)
-and `torch._weight_int4pack_mm_for_cpu` (int4, one scale and zero per group of
-`group_size` input columns); oneDNN's prepacked bf16 matmul for dense weights. torchao wraps
-the same int8/int4 kernels on CPU; it is not needed.
+Kernels: dynaspec's own (backends/kernels/), else torch's `torch._weight_int8pack_mm` (int8
+weights, one scale per output row); oneDNN's prepacked bf16 matmul for dense weights. int4
+weights with float activations left (slower than int8 on an AVX2 CPU and than w4a8/w8a8 on
+an AVX512-BF16 one: benchmarks/HISTORY.md); the table below keeps torch's int4 kernel's row
+for comparison.
 
 Measured on one 1536 x 8960 layer (the MLP of Qwen2.5-Coder-1.5B), 2-core AMD EPYC (Zen 4,
 AVX512-BF16), torch 2.13, microseconds per call for M tokens. The machine was shared with
@@ -48,9 +50,8 @@ forward of N tokens, median of 5:
 
 (peaks: the process while loading and converting the bf16 model.)
 
-float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 and int4 layers run
-on dynaspec's own kernels there (backends/kernels/int8.py and int4.py), which
-batch; int4 then keeps in int8 the layers that are finer than 4 bits (INT4_TOLERANCE).
+float32 (an AVX2-only CPU, where dynaspec runs models in float32): int8 layers run on
+dynaspec's own kernel there (backends/kernels/int8.py), which batches.
 For dense weights, torch's F.linear (MKL) does not batch either; oneDNN's prepacked float32
 matmul does. The same layer, 2-core AMD EPYC, AVX2 only, nearly idle, milliseconds per
 call (noisy: +-20%):
@@ -76,18 +77,16 @@ from dynaspec.backends.kernels.registry import matmul_kernel
 from dynaspec.backends.pages import FileMapping, drop_pages
 from dynaspec.errors import ConfigError
 
-QUANTIZE_MODES = ("int8", "int4", "w8a8", "w4a8")
+QUANTIZE_MODES = ("int8", "w8a8", "w4a8")
 
 # Int8Linear: above this many tokens, the dense kernel (kept codes, or a per-call conversion).
 DENSE_THRESHOLD = 4  # with codes kept as a dense matrix (a target's verification)
 CONVERT_THRESHOLD = 16  # converting per call (a draft's prefill or catch-up)
 QUANTIZE_ROWS = 4096  # rows quantized at a time (bounds the float32 copy)
 
-# Input columns that share one int4 scale and zero (the largest that divides the width).
-INT4_GROUP_SIZES = (128, 64, 32)
-# On dynaspec's int4 kernel, a layer whose 4-bit weights differ from its own by more than this
-# (relative, in the Frobenius norm) is held in int8 instead: its weights are finer than 4
-# bits (a q6_K layer of a q4_K_M GGUF, its head), while those of a q4_K layer come back
+# On a 4-bit kernel (w4a8), a target's layer whose 4-bit weights differ from its own by more
+# than this (relative, in the Frobenius norm) is held in 8 bits instead: its weights are finer
+# than 4 bits (a q6_K layer of a q4_K_M GGUF, its head), while those of a q4_K layer come back
 # exactly (about 7e-4: float16 scales). Measured on Qwen2.5-Coder-1.5B (from its q4_K_M
 # GGUF), top-1 agreement with the float32 model over 1,280 teacher-forced positions
 # (quality.py of int4-kernel-avx2-2026-12-02, benchmarks/HISTORY.md): this rule (29 of 197 layers in
@@ -237,66 +236,32 @@ class Int8Linear(nn.Module):
 
 
 class Int4Linear(nn.Module):
-    """y = x @ w.T + bias for 4-bit weights w in groups of input columns.
-
-    On dynaspec's own kernels (float32 on a CPU with AVX2: backends/kernels/int4.py; bf16 on
-    one with AVX512-BF16: backends/kernels/int4_bf16.py, which multiplies the codes in bf16):
-    w = q * s + m, q in [0, 15], s and m float16 per group of 32 columns; `error`: how far
-    (relative) the 4-bit weights are from the layer's own (`quantize_linear` keeps a layer
-    in int8 above INT4_TOLERANCE). Else torch's int4 kernel: w = (q - 8) * scale + zero per
-    group of `group_size` (128 where the width allows).
-    """
+    """y = x @ w.T + bias for 4-bit weights w in groups of input columns, on a 4-bit kernel
+    (w4a8: backends/kernels/w4a8.py, which quantizes the activations to 8 bits too): w = q * s
+    + m, q in [0, 15], s and m float16 per group of the kernel's GROUP columns; `error`: how
+    far (relative) the 4-bit weights are from the layer's own (`quantize_linear` keeps a
+    target's layer in 8 bits above INT4_TOLERANCE)."""
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: MatmulKernel | None = None
+        self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: MatmulKernel
     ) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         self.in_features = in_features
         self.out_features = out_features
-        # `kernel` given: that one (w4a8 quantizes the activations too).
-        self.kernel = kernel or _fitting("int4", weight.dtype, out_features, in_features)
-        if self.kernel:
-            self.group_size = self.kernel.GROUP
-            packed, self.error = int4_cache.packed_layer(weight, self.group_size, self.kernel)
-            self.register_buffer("weight", packed)
-            float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
-            self.register_buffer("bias", float_bias)
-            self.scale_and_zero = None
-            return
-        self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        self.error = 0.0  # torch's kernel: every layer in 4 bits
-        group_size = next((g for g in INT4_GROUP_SIZES if in_features % g == 0), None)
-        if group_size is None or out_features % 16:
-            raise ConfigError(
-                f"quantize='int4' needs layers whose input width is a multiple of 32 and "
-                f"output width a multiple of 16, got {in_features} -> {out_features}: use "
-                "quantize='int8' (CLI: --quantize int8, or --draft-quantize int8)"
-            )
-        groups = weight.float().reshape(out_features, in_features // group_size, group_size)
-        low, high = groups.amin(-1), groups.amax(-1)  # (N, G)
-        scale = ((high - low) / 15.0).clamp_min(1e-12)
-        codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15)
-        codes = codes.to(torch.int32).reshape(out_features, in_features)
-        zero = low + 8.0 * scale  # the kernel computes (q - 8) * scale + zero
-        scale_and_zero = torch.stack([scale, zero], dim=-1).transpose(0, 1)  # (G, N, 2)
-        self.register_buffer("weight", torch._convert_weight_to_int4pack_for_cpu(codes, 2))
-        self.register_buffer("scale_and_zero", scale_and_zero.to(weight.dtype).contiguous())
-        self.group_size = group_size
+        self.kernel = kernel
+        self.group_size = kernel.GROUP
+        packed, self.error = int4_cache.packed_layer(weight, self.group_size, kernel)
+        self.register_buffer("weight", packed)
+        float_bias = None if bias is None else bias.detach().to(torch.float32, copy=True)
+        self.register_buffer("bias", float_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, K)
-        if self.kernel:
-            out = self.kernel.matmul(
-                rows, self.weight, self.group_size, self.bias, **_out(self.kernel, x)
-            )
-            return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-        out = torch._weight_int4pack_mm_for_cpu(
-            rows, self.weight, self.group_size, self.scale_and_zero
-        )  # (M, N)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
+        out = self.kernel.matmul(
+            rows, self.weight, self.group_size, self.bias, **_out(self.kernel, x)
+        )
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
 def quantize_linear(
@@ -309,12 +274,12 @@ def quantize_linear(
 ) -> nn.Module:
     """A layer computing `linear` from new weights (the original is never changed).
 
-    mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8"/"int4":
-    a quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
+    mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8": a
+    quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
     "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
     int8 kernel (backends/kernels/w8a8.py; a model whose outputs are its own). "w4a8": the
     int4 codes on the 4-bit x int8 kernel (backends/kernels/w4a8.py), layers finer than 4 bits
-    as w8a8. `int4_everywhere`: int4 and w4a8 put every layer in 4 bits, those finer too (a
+    as w8a8. `int4_everywhere`: w4a8 puts every layer in 4 bits, those finer too (a
     draft's: its precision changes how often its tokens are accepted, never the output).
     """
     if mode is None:
@@ -334,11 +299,6 @@ def quantize_linear(
         if four.error > INT4_TOLERANCE and not int4_everywhere:  # finer: int8, same activations
             return Int8Linear(weight, linear.bias, kernel=_integer_kernel("w8a8", weight))
         return four
-    if mode == "int4":
-        quantized = Int4Linear(weight, linear.bias)
-        if quantized.error > INT4_TOLERANCE and not int4_everywhere:  # finer: int8 keeps it
-            return Int8Linear(weight, linear.bias, dense_batches, prepack)
-        return quantized
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")
 
 

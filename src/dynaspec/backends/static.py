@@ -56,13 +56,13 @@ class FastConfig:
     """How a model is made fast: static cache always; compile and quantize optional."""
 
     compile: bool = False  # compile the forwards with torch.compile
-    quantize: str | None = None  # None, "int8"/"int4" (weights), "w8a8"/"w4a8" (+ activations)
+    quantize: str | None = None  # None, "int8" (weights), "w8a8"/"w4a8" (+ activations)
     compile_scope: str = "layer"  # "layer" (one graph for every layer) or "model" (the stack)
     buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # padded forward lengths that compile
     prepack: bool = False  # bf16/float32 on CPU: weights prepacked for oneDNN (a copy of each)
     pad_to_buckets: bool | None = None  # pad forwards to a bucket (None: when compiled)
     dense_batches: bool = True  # int8: codes also kept dense for verification (+2 B/weight)
-    # int4/w4a8: every layer in 4 bits, also those finer than 4 bits (quant.INT4_TOLERANCE),
+    # w4a8: every layer in 4 bits, also those finer than 4 bits (quant.INT4_TOLERANCE),
     # which a target keeps in int8 to stay close to its own model. A draft's precision only
     # changes how often its tokens are accepted, and 4 bits cut what a draft step reads.
     int4_everywhere: bool = False
@@ -290,9 +290,9 @@ def make_fast(
 
     static: a static KV cache with bf16 or float32 weights prepacked for oneDNN (on CPU the
     fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
-    weights: prepacked ones do not trace); quantize: "int8", "int4", "w8a8" or "w4a8".
+    weights: prepacked ones do not trace); quantize: "int8", "w8a8" or "w4a8".
     `draft`: the model only drafts, so int8 keeps no dense codes for verification (they cost
-    2 bytes a weight) and int4/w4a8 put every layer in 4 bits (`FastConfig.int4_everywhere`).
+    2 bytes a weight) and w4a8 puts every layer in 4 bits (`FastConfig.int4_everywhere`).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that
     prepacked or quantized weights replace the originals once the caller drops `model`.
     `release`: the caller owns `model` and will not run it again, so each original linear
@@ -312,7 +312,7 @@ def make_fast(
 def role_fields(draft: bool) -> dict[str, bool]:
     """The FastConfig fields in which a model that only drafts differs from a target: it
     never verifies, so int8 keeps no dense codes, and its precision never changes the
-    output, so int4/w4a8 put every layer in 4 bits."""
+    output, so w4a8 puts every layer in 4 bits."""
     return {"dense_batches": not draft, "int4_everywhere": draft}
 
 

@@ -310,9 +310,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--draft-quantize",
-        choices=("none", "int8", "int4"),
+        choices=("none", "int8", "w4a8"),
         default="none",
-        help="with --static: dynaspec's draft weights in int8 or int4",
+        help="with --static: dynaspec's draft weights in int8, or in 4 bits (w4a8, AVX512-VNNI)",
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--out", required=True, help="folder for the record and table")

@@ -9,7 +9,6 @@ target, so its output is compared with that target's own output (`reference`):
     fast-adaptive    bf16 static target + int8 draft, adaptive vs static-target
     int8-target      int8 target alone                         (a quantized model: not compared)
     int8-adaptive    int8 target + int8 draft, adaptive        vs int8-target
-    fast-adaptive-int4, int8-adaptive-int4: the same with an int4 draft (half the draft's cost)
     fast-hybrid      bf16 static target + int8 draft + prompt lookup, adaptive  vs static-target
     static-adaptive  static target + static draft, both prepacked in the model's dtype (no
                      quantization: float32 on an AVX2-only CPU), adaptive    vs static-target
@@ -23,13 +22,6 @@ target, so its output is compared with that target's own output (`reference`):
     int8-adaptive-llamacpp, int8-hybrid-llamacpp: the same on the int8 target  vs int8-target
     int8-hybrid      int8 target + int8 draft + prompt lookup, adaptive        vs int8-target
                      (on AVX512-BF16 both on dynaspec's bf16 int8 kernel)
-    int8-hybrid-int4 int8 target + int4 draft + prompt lookup, adaptive         vs int8-target
-    int4-target      int4 target alone                         (not compared)
-    int4-adaptive    int4 target + int8 draft, adaptive        vs int4-target
-    int4-hybrid      int4 target + int8 draft + prompt lookup, adaptive        vs int4-target
-                     (on AVX512-BF16 on dynaspec's bf16 int4 and int8 kernels)
-    int4-adaptive-llamacpp, int4-hybrid-llamacpp: the llama.cpp draft on the int4 target
-                     (dynaspec's AVX2 int4 kernel in float32)                vs int4-target
     llamacpp-target  llama.cpp on the target's GGUF, alone     (its own quantization: not compared)
     llamacpp-prompt-lookup  the same with llama-cpp-python's prompt lookup draft  vs llamacpp-target
 
@@ -64,9 +56,9 @@ class FastMethod:
     """A decoding method on fast adapters."""
 
     name: str  # as given to --methods
-    target: str  # target variant: "bf16" (prepacked), "int8", "int4", "w8a8" or "w4a8"; "eager":
+    target: str  # target variant: "bf16" (prepacked), "int8", "w8a8" or "w4a8"; "eager":
     #             the transformers model as loaded (transformers' forward)
-    draft: str | None  # draft variant ("int8", "int4", "w4a8", ...), or None: the target alone
+    draft: str | None  # draft variant ("int8", "w4a8", ...), or None: the target alone
     reference: str | None  # the method whose output this one must equal (None: no check)
     description: str  # one line for the README and --help
     lookup: bool = False  # prompt lookup too (the hybrid; the bench's LOOKUP_TOKENS)
@@ -84,25 +76,11 @@ FAST_METHODS: dict[str, FastMethod] = {
             "int8-adaptive", "int8", "int8", "int8-target", "int8 target, int8 draft, adaptive"
         ),
         FastMethod(
-            "fast-adaptive-int4", "bf16", "int4", "static-target", "bf16 static, int4 draft"
-        ),
-        FastMethod("int8-adaptive-int4", "int8", "int4", "int8-target", "int8 target, int4 draft"),
-        FastMethod("int4-target", "int4", None, None, "int4 static-cache target alone"),
-        # On a CPU with AVX512-BF16 the int4 target's q4_K layers run on dynaspec's bf16 int4
-        # kernel (backends/kernels/int4_bf16.py, 0.625 bytes a weight), the rest on the int8 one.
-        FastMethod(
-            "int4-adaptive", "int4", "int8", "int4-target", "int4 target, int8 draft, adaptive"
-        ),
-        FastMethod("int4-hybrid", "int4", "int8", "int4-target", "int4, int8 draft + lookup", True),
-        FastMethod(
             "fast-hybrid", "bf16", "int8", "static-target", "bf16 static, int8 draft + lookup", True
         ),
         # On a CPU with AVX512-BF16 both int8 models run on dynaspec's bf16 int8 kernel
         # (backends/kernels/int8_bf16.py): 1 byte a weight, verification that batches.
         FastMethod("int8-hybrid", "int8", "int8", "int8-target", "int8 both + lookup", True),
-        FastMethod(
-            "int8-hybrid-int4", "int8", "int4", "int8-target", "int8, int4 draft + lookup", True
-        ),
         # int8 weights and activations (backends/kernels/w8a8.py, AVX512-VNNI): a target of
         # its own, whose verification of 6-8 tokens costs less than the bf16 int8 kernel's.
         FastMethod("w8a8-target", "w8a8", None, None, "w8a8 static-cache target alone"),
@@ -145,7 +123,7 @@ FAST_METHODS: dict[str, FastMethod] = {
             True,
         ),
         # Both models prepacked in the model's dtype: on an AVX2-only CPU (float32) torch's
-        # int8/int4 kernels cost more per token than float32 itself.
+        # int8 kernel costs more per token than float32 itself.
         FastMethod("static-adaptive", "bf16", "bf16", "static-target", "static target and draft"),
         FastMethod("static-hybrid", "bf16", "bf16", "static-target", "static both + lookup", True),
         # The draft's GGUF run by llama.cpp (backends/llamacpp.py): its quantized kernels
@@ -169,19 +147,6 @@ FAST_METHODS: dict[str, FastMethod] = {
             "int8, llama.cpp+lookup",
             True,
         ),
-        # The int4 target on dynaspec's own AVX2 kernel (backends/kernels/int4.py, 0.625
-        # bytes a weight; layers finer than 4 bits in int8), with the llama.cpp draft.
-        FastMethod(
-            "int4-adaptive-llamacpp", "int4", "llamacpp", "int4-target", "int4, llama.cpp draft"
-        ),
-        FastMethod(
-            "int4-hybrid-llamacpp",
-            "int4",
-            "llamacpp",
-            "int4-target",
-            "int4, llama.cpp+lookup",
-            True,
-        ),
     )
 }
 
@@ -190,7 +155,6 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     # Prepacking does not trace: compiled bf16 forwards keep the model's own weights.
     "bf16": {"prepack": True},
     "int8": {"quantize": "int8", "prepack": True},
-    "int4": {"quantize": "int4", "prepack": True},
     "w8a8": {"quantize": "w8a8", "prepack": True},
     "w4a8": {"quantize": "w4a8", "prepack": True},
 }

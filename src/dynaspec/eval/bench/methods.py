@@ -13,9 +13,8 @@ assisted generation, see ``dynaspec.eval.hf_peer``), ``hf-prompt-lookup`` (trans
 prompt lookup, ``prompt_lookup_num_tokens=10`` as in transformers' documentation), and
 ``hf-prompt-lookup-32`` (the same with dynaspec's cap of 32: what a larger fixed cap alone
 does);
-the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``,
-their int4-draft variants, ``int4-target``/``int4-adaptive`` and ``fast-hybrid``/
-``int8-hybrid``/``int8-hybrid-int4``/``int4-hybrid`` (with prompt lookup), the int8
+the fast methods ``static-target``, ``fast-adaptive``, ``int8-target``, ``int8-adaptive``
+and ``fast-hybrid``/``int8-hybrid`` (with prompt lookup), the int8
 weights-and-activations ``w8a8-target``/``w8a8-adaptive``/``w8a8-hybrid`` and their 4-bit
 ``w4a8-*``
 (static KV cache, prepacked or int8 weights, see ``dynaspec.eval.bench.fast``) and
