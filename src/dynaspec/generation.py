@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.backends import as_adapter
+from dynaspec.backends.graphs import verify_buckets
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import BATCH_OPTIONS, generate_batch, is_batch
 from dynaspec.compat.processing import build_stopping, full_processor_list, short_name
@@ -109,7 +110,7 @@ def generate(
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
     method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings,
                              cross_tokenizer)  # fmt: skip
-    fresh = make_policy(spec, draft_cost_ratio(target, draft))  # checks the schedule's name
+    fresh = make_policy(spec, draft_cost_ratio(target, draft), verify_buckets(target))
     policy = fresh if policy is None else policy
     sampler = _sampler(settings, logits_processor, prompt, target_adapter, input_length)
     criteria = build_stopping(settings.limits, tokenizer, stopping_criteria, started)

@@ -35,6 +35,7 @@ import torch
 from dynaspec.backends import token_step
 from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
 from dynaspec.backends.gemm_rows import padded
+from dynaspec.backends.graphs import GraphForwards, bucket_for
 from dynaspec.backends.quant import QUANTIZE_MODES, storage_of
 from dynaspec.core.sharing import holding
 from dynaspec.errors import ConfigError
@@ -66,6 +67,10 @@ class FastConfig:
     # which a target keeps in int8 to stay close to its own model. A draft's precision only
     # changes how often its tokens are accepted, and 4 bits cut what a draft step reads.
     int4_everywhere: bool = False
+    # CUDA: each bucket's forward captured as a CUDA graph and replayed (backends/graphs.py;
+    # forwards padded to the buckets, attention over the whole cache); elsewhere the same
+    # padding and shapes without a capture
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
@@ -80,6 +85,20 @@ class FastConfig:
             raise ConfigError(f"buckets must be increasing, got {self.buckets}")
         if self.buckets[0] < 1:
             raise ConfigError(f"buckets must be >= 1, got {self.buckets}")
+        if self.compile and self.cuda_graphs:
+            raise ConfigError("compile and cuda_graphs are two ways to one end: choose one")
+
+    @property
+    def padded(self) -> bool:
+        """Whether forwards up to the largest bucket are padded to a bucket."""
+        if self.pad_to_buckets is not None:
+            return self.pad_to_buckets
+        return self.compile or self.cuda_graphs
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Whether every bucketed forward attends over the whole cache (one shape)."""
+        return self.compile or self.cuda_graphs
 
 
 def _compile(function: Any) -> Any:
@@ -157,6 +176,7 @@ class StaticAdapter:
         # A w4a8 draft's one-token forwards: fewer calls, rounding of their own
         drafts = self.fast.quantize == "w4a8" and self.fast.int4_everywhere
         self._step = token_step.build(self.decoder) if drafts and not self.fast.compile else None
+        self._graphs = GraphForwards(self._graph_forward, self.device, self.fast.cuda_graphs)
         if self.fast.compile:
             if self.fast.compile_scope == "model":
                 self._hidden = _compile(self.decoder.hidden)
@@ -177,7 +197,13 @@ class StaticAdapter:
         twin._cache, twin._capacity = [], 0
         twin._cos = twin._sin = torch.empty(0)
         twin._compiled_buckets = set(self._compiled_buckets)
+        twin._graphs = self._graphs.fork(twin._graph_forward)
         return twin
+
+    @property
+    def verify_buckets(self) -> tuple[int, ...]:
+        """The widths forwards are padded to (a forward's cost is its bucket's), or ()."""
+        return self.fast.buckets if self.fast.padded else ()
 
     def weight_bytes(self) -> int:
         """Bytes of the weights this adapter runs (shared or its own; the cache excluded),
@@ -227,14 +253,13 @@ class StaticAdapter:
         n = new_tokens.numel()
         start = self.num_cached
         # Compiled: pad to a bucket (bounded shapes). Eager: any length runs as it is.
-        pad = self.fast.compile if self.fast.pad_to_buckets is None else self.fast.pad_to_buckets
-        bucket = next((b for b in self.fast.buckets if b >= n), n) if pad else n
+        bucket = bucket_for(n, self.fast.buckets) if self.fast.padded else n
         self._reserve(start + bucket)
         # (1, b): padded with copies of the last token, whose slots are never attended
         ids = padded(new_tokens.to(self.device), bucket).view(1, bucket)
         positions = torch.arange(start, start + bucket, device=self.device)[None]  # (1, b)
         # Slots attended: all of them when compiled (one shape), else only those in use.
-        used = self._capacity if self.fast.compile else start + bucket
+        used = self._capacity if self.fast.fixed_shapes else start + bucket
         mask = causal_mask(positions, used, self._capacity)  # (1, b, A)
         if bucket == 1 and self._step is not None:
             hidden = self._step(ids[0], start, self._cos, self._sin, self._cache, mask)
@@ -247,6 +272,9 @@ class StaticAdapter:
         self, bucket: int, n: int, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         args = (ids, positions, mask, self._cos, self._sin, self._cache)
+        if self.fast.cuda_graphs and bucket <= self.fast.buckets[-1]:
+            generation = (self._capacity, self._cache[0].data_ptr())  # what the graph reads
+            return self._graphs((bucket,), generation, ids, positions, mask)
         if not self.fast.compile or bucket > self.fast.buckets[-1]:
             return self.decoder.hidden(*args)
         key = (bucket, self._capacity)
@@ -259,16 +287,23 @@ class StaticAdapter:
         self._compiled_buckets.add(key)
         return hidden
 
+    def _graph_forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """The forward a CUDA graph records: the current cache and rotary tables."""
+        return self.decoder.hidden(ids, positions, mask, self._cos, self._sin, self._cache)
+
     def crop(self, num_tokens: int) -> None:
         """Roll back to the first `num_tokens` tokens: only the position moves."""
         self.num_cached = max(0, min(self.num_cached, num_tokens))
 
     def warmup(self, max_length: int) -> float:
-        """Compile every bucket for sequences up to `max_length` now; returns compile seconds."""
+        """Compile (or capture as CUDA graphs) every bucket for sequences up to `max_length`
+        now; returns compile seconds."""
         before = self.compile_time_s
         with holding(self):  # not while a generate call decodes with this adapter
             self._reserve(max_length)
-            if self.fast.compile:
+            if self.fast.fixed_shapes:  # compiles, or captures the graphs
                 for bucket in self.fast.buckets:
                     self.num_cached = 0
                     self.forward(torch.zeros(bucket, dtype=torch.long), 1)
@@ -285,6 +320,7 @@ def make_fast(
     draft: bool = False,
     release: bool = False,
     progress: str | None = None,
+    graphs: bool = False,
 ) -> Any:
     """`model` itself when no option is set, else a `StaticAdapter` that owns its weights.
 
@@ -299,12 +335,17 @@ def make_fast(
     weight is freed as soon as its copy exists (the loaders: the peak holds one layer twice,
     not the whole model). `progress`: a label for a progress bar (stderr) over the layers
     while their copies are built (the loaders: half a minute for a 1.5B model).
+    `graphs`: on CUDA, capture each bucket's forward as a CUDA graph (backends/graphs.py).
     """
-    if not (static or compile or quantize):
+    if not (static or compile or quantize or graphs):
         return model
     check_supported(model, _option_names(static, compile, quantize, draft))
     config = FastConfig(
-        compile=compile, quantize=quantize, prepack=not compile, **role_fields(draft)
+        compile=compile,
+        quantize=quantize,
+        prepack=not compile,
+        cuda_graphs=graphs,
+        **role_fields(draft),
     )
     return StaticAdapter(model, config, release=release, progress=progress)
 

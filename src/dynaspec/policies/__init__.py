@@ -60,10 +60,13 @@ SCHEDULES: dict[str, Callable[[SpecConfig], LookaheadPolicy]] = {
 }
 
 
-def make_policy(config: SpecConfig, draft_cost: float | None = None) -> LookaheadPolicy:
+def make_policy(
+    config: SpecConfig, draft_cost: float | None = None, verify_buckets: tuple[int, ...] = ()
+) -> LookaheadPolicy:
     """A fresh policy for the schedule `config` names, configured from `config`;
     `draft_cost`: what a draft token is expected to cost before it is timed, in target
-    steps (the draft's weight bytes over the target's), for the policies that weigh it."""
+    steps (the draft's weight bytes over the target's), for the policies that weigh it;
+    `verify_buckets`: the widths the target pads its forwards to (each costs its own)."""
     schedule = config.num_assistant_tokens_schedule
     if schedule not in SCHEDULES:
         raise ConfigError(
@@ -73,4 +76,6 @@ def make_policy(config: SpecConfig, draft_cost: float | None = None) -> Lookahea
     policy = SCHEDULES[schedule](config)
     if draft_cost is not None and isinstance(policy, AdaptivePolicy):
         policy.expect_draft_cost(draft_cost)
+    if verify_buckets and isinstance(policy, AdaptivePolicy):
+        policy.expect_buckets(verify_buckets)
     return policy

@@ -68,6 +68,8 @@ class AdaptiveConfig:
     check_below: int = 4  # a running draft model checks a copy whose match agrees on fewer
     #                      tokens than this, instead of it being copied (0: never;
     #                      policies/source_plan.py)
+    verify_buckets: tuple[int, ...] = ()  # widths the target pads its forwards to (CUDA
+    #                      graphs: backends/graphs.py), each costed on its own; (): none
 
 
 class AdaptivePolicy:
@@ -98,9 +100,11 @@ class AdaptivePolicy:
     def new_costs(self) -> CostModel:
         """A cost model holding the priors only."""
         cfg = self.config
-        return CostModel(
+        costs = CostModel(
             cfg.prior_draft_cost, cfg.prior_verify_slope, cfg.window, cfg.min_prefill_tokens
         )
+        costs.use_buckets(cfg.verify_buckets)
+        return costs
 
     def plan(self, options: DraftOptions, remaining: int | None) -> DraftPlan:
         """The model's own rule; with a copy on offer (a lookup match, the suffix cache's),
@@ -145,6 +149,12 @@ class AdaptivePolicy:
         target's (a decoding forward reads every weight once), instead of the prior."""
         self.config = replace(self.config, prior_draft_cost=ratio)
         self.costs.prior_draft_cost = ratio
+
+    def expect_buckets(self, buckets: tuple[int, ...]) -> None:
+        """The target pads a verification to the next of `buckets` (its cost is the
+        bucket's): the cost model learns and prices each bucket on its own."""
+        self.config = replace(self.config, verify_buckets=tuple(buckets))
+        self.costs.use_buckets(self.config.verify_buckets)
 
     # ---- the decision -------------------------------------------------------------------
     def model_plan(self, catchup: int = 1, remaining: int | None = None) -> DraftPlan:

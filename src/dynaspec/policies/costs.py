@@ -45,8 +45,12 @@ class CostModel:
         #                 not re-encode yet, must not set it alone
         self.catchup_costs: deque[float] = deque(maxlen=window)  # s per catch-up token
         self.prefill_costs: deque[float] = deque(maxlen=window)  # target s per prompt token
-        self.verify_times: dict[int, deque[float]] = {}  # n verified -> recent seconds
-        self._line: tuple[float, float] | None = None  # cached V(n) fit, None when stale
+        self.verify_times: dict[int, deque[float]] = {}  # width verified -> recent seconds
+        # Widths the target's forwards are padded to (backends/graphs.py: a verification of
+        # 9 tokens runs, and costs, as one of 16), () when not padded: set by `use_buckets`.
+        self.buckets: tuple[int, ...] = ()
+        self._line: tuple[float, float, float] | None = None  # cached V(n) fit, None: stale
+        self._bucket_table: dict[int, float] = {}  # V per bucket, in steps, with _line
 
     def take_token_costs(self, other: CostModel) -> None:
         """The per-token times of `other` (a prefill's, a catch-up's): those of a forward over
@@ -90,12 +94,27 @@ class CostModel:
         if round.draft_forwards:  # tokens a guess let it draft are not the draft's yield
             self.yields.append((round.num_model - round.guess_hits, round.draft_forwards))
 
+    def use_buckets(self, buckets: tuple[int, ...]) -> None:
+        """The target pads its forwards to these widths: V(n) is V(bucket of n), and each
+        bucket's time is learned on its own."""
+        self.buckets = tuple(sorted(buckets))
+        self._line = None
+
+    def width(self, num_tokens: int) -> int:
+        """The width a forward over num_tokens runs at: its bucket, or itself (none holds it)."""
+        return next((bucket for bucket in self.buckets if bucket >= num_tokens), num_tokens)
+
     def verify_cost(self, num_tokens: int) -> float:
-        """V(n): target time to verify num_tokens tokens, in target steps (V(1) = 1)."""
+        """V(n): target time to verify num_tokens tokens, in target steps (V(1) = 1); with
+        buckets, V of the bucket: its own median where timed, else the line's value, never
+        below a smaller bucket's."""
         step, base, slope = self._verify_line()
         if num_tokens <= 1:
             return 1.0
-        return max(base + slope * (num_tokens - 1), step) / step
+        width = self.width(num_tokens)
+        if width in self._bucket_table:
+            return self._bucket_table[width]
+        return max(base + slope * (width - 1), step) / step
 
     def catchup_cost(self, catchup: int) -> float | None:
         """Target steps to feed a lagging draft the catchup - 1 tokens (its own) beyond the
@@ -136,7 +155,8 @@ class CostModel:
     def learn(self, round: Round) -> None:
         unseen = round.num_verified - round.num_drafted  # tokens the target had not seen
         if unseen == 1:  # no catch-up (prompt) inside
-            times = self.verify_times.setdefault(round.num_verified, deque(maxlen=self.window))
+            width = self.width(round.num_verified)
+            times = self.verify_times.setdefault(width, deque(maxlen=self.window))
             times.append(round.target_time_s)
             self._line = None
         elif unseen >= self.min_prefill_tokens:
@@ -154,7 +174,22 @@ class CostModel:
         token), cached until the next measurement."""
         if self._line is None:
             self._line = self._fit_verify_line()
+            self._bucket_table = self._fit_buckets(*self._line)
         return self._line
+
+    def _fit_buckets(self, step: float, base: float, slope: float) -> dict[int, float]:
+        """V per bucket past 1, in steps: a bucket's median where timed, else the line's value;
+        at least the bucket before's (a wider forward never costs less)."""
+        table: dict[int, float] = {}
+        floor = 1.0
+        for bucket in self.buckets:
+            if bucket <= 1:
+                continue
+            times = self.verify_times.get(bucket)
+            seconds = statistics.median(times) if times else base + slope * (bucket - 1)
+            floor = max(floor, seconds / step)
+            table[bucket] = floor
+        return table
 
     def _fit_verify_line(self) -> tuple[float, float, float]:
         """V(1) is the median single-token step; V(n >= 2) a weighted least-squares line
