@@ -48,6 +48,7 @@ from dynaspec.core.stats import GenerationStats
 from dynaspec.drafters import lookup_config, make_drafter
 from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.drafters.rows import RowDrafters
+from dynaspec.drafters.suffix_cache import SuffixScope, as_scope
 from dynaspec.errors import (
     IncompatibleModelsError,
     InsufficientMemoryError,
@@ -71,6 +72,7 @@ BATCH_OPTIONS = (
     "tokenizer",
     "assistant_tokenizer",
     "cross_tokenizer",
+    "suffix_cache",
 )
 
 
@@ -126,7 +128,8 @@ def generate_batch(
         options.get("max_matching_ngram_size"),
         spec,
     )
-    sources = DraftSources(draft, draft_batch, lookup, texts, method)
+    suffix = as_scope(options.get("suffix_cache"))
+    sources = DraftSources(draft, draft_batch, lookup, texts, method, suffix)
     drafter = sources.drafter(target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         if policy is None:
@@ -135,6 +138,9 @@ def generate_batch(
             packed = target_batch.packs_rows
             policy = batch_policy(spec, len(rows), cost, packed, fixed=True, shared=shared)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
+    if suffix is not None:  # the rows share one index
+        for row in rows:
+            suffix.add(row.committed[row.pads :].tolist())
     pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
     output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
@@ -241,17 +247,20 @@ class DraftSources:
     lookup: Any  # LookupConfig or None
     texts: tuple[Any, Any] | None = None
     method: str | None = None
+    suffix: SuffixScope | None = None  # the suffix cache's scope the rows read (None: none)
 
     def drafter(self, vocab_size: int, eos_token_ids: tuple[int, ...]) -> Any:
         """The batch's drafter: shared draft forwards (`BatchDrafter`), or, for a draft
         with another tokenizer, one single-sequence drafter per row (`RowDrafters`)."""
         if self.texts is None:
-            return batch_drafter(self.draft_batch, self.lookup, vocab_size, eos_token_ids)
+            return batch_drafter(
+                self.draft_batch, self.lookup, vocab_size, eos_token_ids, self.suffix
+            )
         draft, lookup, texts, method = self.draft, self.lookup, self.texts, self.method
 
         def make() -> Any:
             return make_drafter(
-                own_adapter(draft), vocab_size, eos_token_ids, lookup, texts, method
+                own_adapter(draft), vocab_size, eos_token_ids, lookup, texts, method, self.suffix
             )
 
         return RowDrafters(make)
@@ -303,12 +312,13 @@ def batch_drafter(
     lookup: Any,
     vocab_size: int,
     eos_token_ids: tuple[int, ...],
+    suffix: SuffixScope | None = None,
 ) -> BatchDrafter | None:
-    """The batch's draft source: the draft model, prompt lookup (a `lookup` config), both,
-    or None (the target alone)."""
-    if draft is None and lookup is None:
+    """The batch's draft source: the draft model, prompt lookup (a `lookup` config), a
+    suffix cache's scope, some of them, or None (the target alone)."""
+    if draft is None and lookup is None and suffix is None:
         return None
-    return BatchDrafter(draft, lookup, vocab_size, eos_token_ids)
+    return BatchDrafter(draft, lookup, vocab_size, eos_token_ids, suffix)
 
 
 def _row(

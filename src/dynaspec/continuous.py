@@ -47,6 +47,8 @@ from dynaspec.core.config import SpecConfig
 from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.round import Round
 from dynaspec.drafters import lookup_config
+from dynaspec.drafters.batch import BatchDrafter
+from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
 from dynaspec.errors import InputError
 
 
@@ -59,6 +61,7 @@ class Joining:
     done: int = 0  # prompt tokens cached so far
     target_cache: Any = None  # the target's cache of them (None: none yet)
     seconds: float = 0.0  # the target's prefill so far
+    scope: str | None = None  # the suffix cache's scope it reads (None: the default)
 
     @property
     def ready(self) -> bool:
@@ -85,11 +88,14 @@ class ContinuousBatch:
         assistant_tokenizer: Any = None,
         cross_tokenizer: str = "auto",
         policy: BatchPolicy | None = None,
+        suffix_cache: SuffixCache | None = None,
     ) -> None:
         """As generate(): `tokenizer` and `assistant_tokenizer` (the draft's) for a draft
         with another vocabulary, drafting by `cross_tokenizer` ("auto": "string", through
         text, greedy only; "intersection" samples too); `policy` a BatchPolicy (one that
-        can `join` rows) instead of the schedule's."""
+        can `join` rows) instead of the schedule's; `suffix_cache` drafts from what earlier
+        rows of the same scope (`joining`'s) wrote, each row added when it leaves (not
+        with a draft of another vocabulary)."""
         self.model = target
         self.target = batch_adapter(target)
         texts = draft_texts(target, draft, tokenizer, assistant_tokenizer)
@@ -101,7 +107,8 @@ class ContinuousBatch:
         self.texts, self.method = texts, method
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
-        sources = DraftSources(draft, draft_batch, lookup, texts, method)
+        suffix = None if suffix_cache is None or texts else suffix_cache.scope(DEFAULT_SCOPE)
+        sources = DraftSources(draft, draft_batch, lookup, texts, method, suffix)
         self.drafter = sources.drafter(self.target.vocab_size, eos)
         shared = shares_forwards(self.target, self.drafter)
         cost = draft_cost_ratio(target, draft)
@@ -134,10 +141,13 @@ class ContinuousBatch:
         criteria = build_stopping(settings.limits, tokenizer, None, time.time())
         return new_row(ids[None], 0, settings, criteria)
 
-    def joining(self, row: Row, prompt: Sequence[int] | torch.Tensor) -> Joining:
+    def joining(
+        self, row: Row, prompt: Sequence[int] | torch.Tensor, scope: str | None = None
+    ) -> Joining:
         """`row` (from make_row) on its way in: its prompt is prefilled by `prefill`, in
-        chunks between rounds if need be, then `join` adds it."""
-        return Joining(row, torch.as_tensor(prompt, dtype=torch.long).reshape(-1))
+        chunks between rounds if need be, then `join` adds it. It reads and adds to the
+        suffix cache's `scope` (None: the default one)."""
+        return Joining(row, torch.as_tensor(prompt, dtype=torch.long).reshape(-1), scope=scope)
 
     def prefill(self, joining: Joining, max_tokens: int | None = None) -> bool:
         """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) in
@@ -167,7 +177,9 @@ class ContinuousBatch:
             self.prefill(joining)
         with torch.inference_mode():
             self.target.join(ids, joining.target_cache)
-            if self.drafter is not None:
+            if isinstance(self.drafter, BatchDrafter):
+                self.drafter.join(ids, joining.scope)
+            elif self.drafter is not None:
                 self.drafter.join(ids)
         self.policy.join(joining.done, joining.seconds)
         self.rows.append(row)
@@ -195,6 +207,10 @@ class ContinuousBatch:
         if len(keep) == len(self.rows):
             return []
         left = [row for row in self.rows if gone(row)]
+        if isinstance(self.drafter, BatchDrafter):  # its text drafts later rows of its scope
+            for index in sorted(set(range(len(self.rows))) - set(keep)):
+                row = self.rows[index]
+                self.drafter.remember(index, row.committed[row.pads :])
         with torch.inference_mode():
             self.target.leave(keep)
             if self.drafter is not None:

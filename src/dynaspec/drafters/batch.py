@@ -1,4 +1,5 @@
-"""Draft sources for a batch of rows: prompt lookup per row, the draft model batched.
+"""Draft sources for a batch of rows: prompt lookup and the suffix cache per row, the draft
+model batched.
 
 Each row gets what a single sequence gets: an offer from its own committed tokens (its
 lookup match, its model catch-up), its own plan and stopper from its own policy, and a
@@ -24,6 +25,8 @@ from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.hybrid import guess, join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
 from dynaspec.drafters.rows import RowStopper
+from dynaspec.drafters.suffix import offer_suffix
+from dynaspec.drafters.suffix_cache import SuffixScope
 
 
 @dataclass
@@ -87,7 +90,8 @@ class RowView:
 
 
 class BatchDrafter:
-    """Prompt lookup (a `lookup` config), the batched draft model, or both."""
+    """Prompt lookup (a `lookup` config), the batched draft model, the suffix cache (one
+    index, each row reading its own scope: `scopes`), or some of them."""
 
     def __init__(
         self,
@@ -95,29 +99,43 @@ class BatchDrafter:
         lookup: LookupConfig | None,
         vocab_size: int,
         eos_token_ids: tuple[int, ...],
+        suffix: SuffixScope | None = None,
     ) -> None:
         self.model = model
         self.lookup = PromptLookupDrafter(lookup, vocab_size, eos_token_ids) if lookup else None
         self.vocab_size = vocab_size
+        self.suffix = suffix  # the cache, and the scope of rows that join without one
+        self.scopes: list[SuffixScope | None] = []  # per row: the scope it reads
+        self.eos = frozenset(eos_token_ids)
 
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         if self.model is not None:
             self.model.begin(input_ids, attention_mask)
         if self.lookup is not None:
             self.lookup.begin(input_ids)
+        self.scopes = [self.suffix] * input_ids.shape[0]
 
-    def join(self, prompt: torch.Tensor) -> None:
-        """A row joins the batch with `prompt` (n,) (continuous batching). The draft model
-        caches none of it now: the row is a lagging row whose catch-up (its whole prompt) the
-        policy starts when the tokens it saves repay it (policies/batch_adaptive.py), as for
-        the rows of a fixed batch, so a joining request's first token never waits for it."""
+    def join(self, prompt: torch.Tensor, scope: str | None = None) -> None:
+        """A row joins the batch with `prompt` (n,) (continuous batching), reading the suffix
+        cache's `scope` (None: the drafter's). The draft model caches none of it now: the row
+        is a lagging row whose catch-up (its whole prompt) the policy starts when the tokens
+        it saves repay it (policies/batch_adaptive.py), as for the rows of a fixed batch, so
+        a joining request's first token never waits for it."""
         if self.model is not None:
             self.model.join(prompt[-1:])  # a one-token prompt: nothing cached
+        suffix = self.suffix
+        self.scopes.append(suffix if suffix is None or scope is None else suffix.cache.scope(scope))
 
     def leave(self, keep: Sequence[int]) -> None:
         """Only the rows `keep` go on, in that order."""
         if self.model is not None:
             self.model.leave(keep)
+        self.scopes = [self.scopes[row] for row in keep]
+
+    def remember(self, row: int, tokens: torch.Tensor) -> None:
+        """Adds row `row`'s text (its prompt and output, no padding) to its suffix scope."""
+        if row < len(self.scopes) and (scope := self.scopes[row]) is not None:
+            scope.add(tokens.tolist())
 
     def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
@@ -125,11 +143,13 @@ class BatchDrafter:
         generate()'s hybrid offers: the draft model may check a copy (`checks`)."""
         catchup = None if self.model is None else tokens.numel() - self.model.num_cached[row]
         started = self.model is not None and self.model.num_cached[row] > 0
-        if self.lookup is None:
-            return DraftOptions(catchup, started=started)
         checks = self.model is not None and len(self.model.num_cached) == 1
-        found = self.lookup.offer(tokens[pads:])
-        return replace(found, catchup=catchup, started=started, checks=checks)
+        options = DraftOptions(catchup, started=started, checks=checks)
+        if self.lookup is not None:
+            found = self.lookup.offer(tokens[pads:])
+            options = replace(found, catchup=catchup, started=started, checks=checks)
+        scope = self.scopes[row] if row < len(self.scopes) else None
+        return options if scope is None else offer_suffix(options, scope, tokens[pads:], self.eos)
 
     def propose(
         self,
@@ -150,7 +170,9 @@ class BatchDrafter:
             if offer is None or sequence is None or not plan.total:
                 copied.append(None)
                 continue
-            copy = copy_proposal(offer, plan.copy, samplers[row], self.vocab_size)
+            copy = copy_proposal(
+                offer.chosen(plan.source), plan.copy, samplers[row], self.vocab_size
+            )
             copied.append(copy)
             if plan.model > 0 and self.model is not None:
                 ahead = torch.cat([sequence, copy.tokens])
@@ -160,8 +182,10 @@ class BatchDrafter:
                 )
         if len(drafting) == 1:  # one row drafts: as it would alone (its guess, its checks)
             row, state = next(iter(drafting.items()))
+            offer = options[row]
+            assert offer is not None  # a drafting row has an offer
             drafted = self._draft_alone(
-                row, state, options[row], plans[row], stopper, eos_token_ids[row]
+                row, state, offer.chosen(plans[row].source), plans[row], stopper, eos_token_ids[row]
             )
             return [
                 copy if copy is None or index != row else join(copy, drafted)

@@ -28,6 +28,25 @@ from dynaspec.drafters.suffix_cache import SuffixScope
 from dynaspec.drafters.suffix_index import MAX_AGREEMENT
 
 
+def offer_suffix(
+    options: DraftOptions, cache: SuffixScope, tokens: torch.Tensor, eos: frozenset[int]
+) -> DraftOptions:
+    """`options` with what the cache's scope offers after the committed `tokens` (n,), its
+    search time added to the offer's."""
+    start = perf_counter()
+    match = cache.lookup(tokens[-MAX_AGREEMENT:].tolist(), eos)
+    searched = options.search_s + perf_counter() - start
+    if match is None:
+        return replace(options, search_s=searched)
+    return replace(
+        options,
+        search_s=searched,
+        suffix=torch.tensor(match.tokens, dtype=torch.long, device=tokens.device),
+        suffix_agreement=match.agreement,
+        suffix_frequencies=match.frequencies,
+    )
+
+
 class SuffixDrafter:
     """Copies from the suffix cache or prompt lookup, then the draft model, as planned."""
 
@@ -57,18 +76,7 @@ class SuffixDrafter:
             model = self.model.offer(tokens)
             checks = isinstance(self.model, ModelDrafter)  # it takes a guess
             options = replace(options, catchup=model.catchup, started=model.started, checks=checks)
-        start = perf_counter()
-        match = self.cache.lookup(tokens[-MAX_AGREEMENT:].tolist(), self.eos)
-        searched = options.search_s + perf_counter() - start
-        if match is None:
-            return replace(options, search_s=searched)
-        return replace(
-            options,
-            search_s=searched,
-            suffix=torch.tensor(match.tokens, dtype=torch.long, device=tokens.device),
-            suffix_agreement=match.agreement,
-            suffix_frequencies=match.frequencies,
-        )
+        return offer_suffix(options, self.cache, tokens, self.eos)
 
     def propose(
         self,
