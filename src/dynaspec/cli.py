@@ -55,10 +55,10 @@ def _add_generate(subparsers: Any) -> None:
         "generate",
         help="generate text with speculative decoding",
         description="Generate text with speculative decoding. By default (--fast auto) "
-        "dynaspec picks the fastest setting that keeps the target's exact output on this "
-        "machine and says on stderr what it picked; --quantize is the one flag that changes "
-        "the output. Before loading, the memory the models need is checked against what the "
-        "machine has available.",
+        "dynaspec picks, for this kind of machine, the setting its benchmark records measured "
+        "fastest among those that keep the target's exact output, and says on stderr what it "
+        "picked; --quantize is the one flag that changes the output. Before a preset pair "
+        "loads, the memory it needs is checked against what the machine has available.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("text", nargs="?", help="the prompt (or use --prompt)")

@@ -170,8 +170,9 @@ TARGET_QUANTIZE = ("int8", "w8a8", "w4a8")
 DRAFT_QUANTIZE = ("none", *TARGET_QUANTIZE)
 
 FAST_HELP = (
-    "auto: the fastest setting that keeps the target's exact output on this machine (the "
-    "static path, the draft's quantization, prompt lookup under adaptive; said on stderr), "
+    "auto: for this kind of machine, the setting measured fastest among those that keep "
+    "the target's exact output (the static path, the draft's quantization, prompt lookup "
+    "under adaptive; said on stderr), "
     "unless --static, --compile, --quantize, --draft-quantize or --draft-engine is given "
     "(then those decide) or --prompt-lookup N (then N); preset pairs only (--target models "
     "run as asked); off: the models as loaded"
@@ -194,7 +195,7 @@ def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
         "--compile",
         action="store_true",
         help="static KV cache + torch.compile'd forwards (Llama/Qwen2-style models; compiles "
-        "once; on a CPU --static measured faster)",
+        "once per forward shape, at the start). The target's own output",
     )
     parser.add_argument(
         "--quantize",
@@ -217,9 +218,8 @@ def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
         "--draft-engine",
         choices=("torch", "llamacpp"),
         default="torch",
-        help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp "
-        '(a CPU without native bf16: its fastest draft); needs pip install "dynaspec[llamacpp]". '
-        "The output stays the target's",
+        help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp, "
+        'on the CPU; needs pip install "dynaspec[llamacpp]". The output stays the target\'s',
     )
 
 

@@ -1,8 +1,8 @@
-"""The 4-bit codes dynaspec's 4-bit kernels multiply (int4, int4_bf16, w4a8): weights
+"""The 4-bit codes dynaspec's 4-bit kernel multiplies (w4a8): weights
 w = q * s + m with codes q in 0..15 and a float16 scale s and offset m per row and group of
 32 columns (q4_K's sub-blocks, so that a model converted from a q4_K GGUF comes back
-exactly): 0.625 bytes a weight (q4_K: 0.5625, int8: 1). Each kernel lays the same codes out
-its own way (its `packed`).
+exactly): 0.625 bytes a weight (q4_K: 0.5625, int8: 1). The kernel lays the codes out its
+own way (its `packed`).
 """
 
 from __future__ import annotations

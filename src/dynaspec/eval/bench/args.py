@@ -132,7 +132,7 @@ def _add_fast_compile(group: argparse._ArgumentGroup) -> None:
         "--fast-compile",
         action="store_true",
         help="compile the fast methods' forwards with torch.compile (default: eager with "
-        "prepacked weights, which measured faster on CPU)",
+        "prepacked weights)",
     )
 
 

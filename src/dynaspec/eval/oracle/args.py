@@ -73,7 +73,7 @@ def _add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-real-oracle",
         action="store_true",
-        help="take the oracle rounds from the replay only (saves ~40%% of the model time, "
+        help="take the oracle rounds from the replay only (saves the real oracle's decoding, "
         "loses the replay consistency check)",
     )
     parser.add_argument(
