@@ -149,10 +149,11 @@ def test_fast_off_and_explicit_flags_keep_the_callers_choice(
     assert "--fast auto chose --prompt-lookup 32" in capsys.readouterr().err
 
 
-def test_serve_chooses_as_generate_does(
-    capsys: pytest.CaptureFixture[str], avx512: LoadRecorder
+@pytest.mark.parametrize("command", ["serve", "loadtest"])
+def test_serve_and_loadtest_choose_as_generate_does(
+    capsys: pytest.CaptureFixture[str], avx512: LoadRecorder, command: str
 ) -> None:
-    assert cli.main(["serve", "--dtype", "bfloat16"]) == 1
+    assert cli.main([command, "--dtype", "bfloat16"]) == 1
     assert "--static --draft-quantize w4a8 --prompt-lookup 32" in capsys.readouterr().err
     assert avx512.calls[0]["fast"] == "auto"
 

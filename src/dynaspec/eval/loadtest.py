@@ -18,7 +18,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +30,10 @@ from dynaspec.eval.provenance import git_state, library_versions, machine_info
 from dynaspec.models.arguments import (
     add_fast_arguments,
     add_model_arguments,
+    apply_fast_choice,
     check_model_arguments,
     counts,
+    fast_choice_line,
     fast_options,
     int_at_least,
     load_from_arguments,
@@ -47,7 +49,9 @@ SMOKE_PROMPTS = ("def fib(n):", "class Stack:\n    def push(self, x):", "x = [1,
 
 def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, float32_case="the tiny pair")
-    add_fast_arguments(p)  # the server's fast path; the outputs are compared with its target's
+    # the server's fast path, chosen as `dynaspec serve` chooses it (--fast auto) unless the
+    # flags say; the outputs are compared with its target's
+    add_fast_arguments(p, auto=True)
     p.add_argument("--clients", default="1,2,4", help="numbers of concurrent clients, e.g. 1,2,4,8")
     p.add_argument("--requests", type=int_at_least(1), default=2, help="requests per client")
     p.add_argument("--max-tokens", type=int_at_least(1), default=128)
@@ -119,6 +123,9 @@ def run_loadtest(args: argparse.Namespace) -> int:
     from dynaspec.serve.config import ServeConfig
     from dynaspec.serve.run import build_app, in_thread
 
+    choice = apply_fast_choice(args)  # as `dynaspec serve` does
+    if choice is not None:
+        print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
     target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     name = model_name(args)
     config = ServeConfig(model_name=name, port=0, max_batch=args.max_batch, max_queue=64)
@@ -222,7 +229,7 @@ def _write(
     record = {
         "command": " ".join(sys.argv),
         "config": {
-            k: v
+            k: asdict(v) if is_dataclass(v) else v
             for k, v in vars(args).items()
             if k not in ("func", "check", "git_at_start", "started_at")
         },
