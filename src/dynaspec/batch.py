@@ -37,11 +37,12 @@ from dynaspec.compat.validation import (
     check_token_ids,
     text_pair,
 )
-from dynaspec.core.batch_loop import Row, decode_batch
+from dynaspec.core.batch_loop import decode_batch
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.emission import Emission
 from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, LookaheadPolicy
+from dynaspec.core.row import Row
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats

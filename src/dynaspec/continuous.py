@@ -42,10 +42,11 @@ from dynaspec.batch import (
 from dynaspec.compat.processing import build_stopping
 from dynaspec.compat.settings import resolve_settings
 from dynaspec.compat.validation import check_text_options, check_token_ids, eos_ids
-from dynaspec.core.batch_loop import Row, batch_round, first_token
+from dynaspec.core.batch_loop import batch_round, first_token
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.round import Round
+from dynaspec.core.row import Row
 from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache

@@ -10,55 +10,17 @@ those of the single-sequence loop (core/loop.py); only the forwards are shared.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
 
 import torch
 
-from dynaspec.core.config import LimitsConfig
-from dynaspec.core.emission import Emission
 from dynaspec.core.finite import require_finite
-from dynaspec.core.loop import Checked, accept, cut
+from dynaspec.core.loop import Checked, accept
 from dynaspec.core.protocols import BatchDrafter, BatchModelAdapter, BatchPolicy
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
-from dynaspec.core.sampling import TokenSampler
-from dynaspec.core.stats import GenerationStats
+from dynaspec.core.row import Row
 from dynaspec.core.timing import device_clock
-
-
-@dataclass
-class Row:
-    """One row of the batch for the whole call: its tokens and everything that is its own."""
-
-    tokens: torch.Tensor  # (T + max_new,) left padding, prompt, then new tokens
-    pads: int  # left padding at the start
-    sampler: TokenSampler
-    emission: Emission | None
-    limits: LimitsConfig  # the row's own: its max_new_tokens and EOS ids
-    start: int = 0  # where its new tokens begin: T, the (padded) prompt's width
-    length: int = 0  # tokens committed so far
-    done: bool = False
-    stats: GenerationStats = field(default_factory=GenerationStats)
-    # transformers' streamer protocol (put(tokens (1, n)), end()), as generate(streamer=)
-    # alone: the prompt (without left padding), each round's new tokens, end() at the end
-    streamer: Any = None
-
-    @property
-    def committed(self) -> torch.Tensor:
-        return self.tokens[: self.length]
-
-    @property
-    def room(self) -> int:
-        """The most tokens the row may still emit."""
-        return self.limits.max_new_tokens - (self.length - self.start)
-
-    def begin(self, prompt: torch.Tensor) -> None:
-        """Commits the (padded) prompt (T,): nothing new yet."""
-        self.tokens[: prompt.numel()] = prompt
-        self.start = self.length = prompt.numel()
-        if self.streamer is not None:
-            self.streamer.put(prompt[None, self.pads :].cpu())
 
 
 @dataclass(frozen=True)
@@ -108,14 +70,18 @@ def batch_round(
     drafts = _draft(drafter, policy, rows)
     checked = _verify(target, rows, drafts)
     spent = perf_counter() - round_start
-    records = [
+    made = [
         None if step is None else _commit(row, step, spent)
         for row, step in zip(rows, checked, strict=True)
     ]
+    records = [None if one is None else one[0] for one in made]
     policy.update(records)
     target.crop([row.length - 1 for row in rows])
     if drafter is not None:
         drafter.crop([row.length - 1 for row in rows])
+    for row, one in zip(rows, made, strict=True):
+        if one is not None:  # after the rollback, as the single loop streams
+            row.record(*one)
     return records
 
 
@@ -165,7 +131,9 @@ def first_token(target: BatchModelAdapter, rows: Sequence[Row], index: int) -> R
     round_start = perf_counter()
     step = _verify(target, rows, _no_drafts(rows), only=index)[index]
     assert step is not None, "the row had ended"
-    return _commit(rows[index], step, perf_counter() - round_start)
+    record, new_tokens = _commit(rows[index], step, perf_counter() - round_start)
+    rows[index].record(record, new_tokens)
+    return record
 
 
 def _verify(
@@ -213,21 +181,8 @@ def _verify(
     return checked
 
 
-def _commit(row: Row, step: Checked, spent: float) -> Round:
-    """Cuts a row's new tokens (EOS, length, criteria), appends them; the round's record."""
-    eos = torch.tensor(row.limits.eos_token_ids, dtype=torch.long, device=row.tokens.device)
-    new_tokens, done = cut(step.new_tokens, row.room, eos)
-    if row.emission is not None:
-        new_tokens, stopped = row.emission.emit(row.committed, new_tokens, step.scores, step.logits)
-        done = done or stopped
-    row.tokens[row.length : row.length + new_tokens.numel()] = new_tokens
-    row.length += new_tokens.numel()
-    row.done = done
-    if row.streamer is not None:
-        row.streamer.put(new_tokens[None].cpu())
-        if done:
-            row.streamer.end()
+def _commit(row: Row, step: Checked, spent: float) -> tuple[Round, torch.Tensor]:
+    """Commits a row's new tokens (core/row.py); the round's record and those tokens."""
+    new_tokens = row.commit(step.new_tokens, step.scores, step.logits)
     other = spent - step.proposal.draft_time_s - step.target_time_s
-    record = step.record(new_tokens.numel(), max(other, 0.0))
-    row.stats.rounds.append(record)
-    return record
+    return step.record(new_tokens.numel(), max(other, 0.0)), new_tokens

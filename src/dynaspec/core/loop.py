@@ -19,6 +19,7 @@ from dynaspec.core.emission import Emission
 from dynaspec.core.finite import require_finite
 from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
+from dynaspec.core.row import Row
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
 from dynaspec.core.timing import device_clock
@@ -159,18 +160,6 @@ def accept(
     return num_accepted, new_tokens, target_scores
 
 
-def cut(new_tokens: torch.Tensor, room: int, eos: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """Keeps at most `room` tokens and nothing after the first EOS; returns (tokens, done)."""
-    new_tokens = new_tokens[:room]
-    done = new_tokens.numel() >= room
-    if eos.numel():
-        hits = torch.isin(new_tokens, eos).nonzero()
-        if hits.numel():
-            new_tokens = new_tokens[: int(hits[0, 0]) + 1]
-            done = True
-    return new_tokens, done
-
-
 def decode(
     target: ModelAdapter,
     drafter: Drafter | None,
@@ -189,43 +178,32 @@ def decode(
     first = target.begin(prompt, max_length=final_length)  # (n0,) prompt, or start token
     if drafter is not None:
         drafter.begin(prompt, max_length=final_length)
-    n0 = first.numel()
-    tokens = torch.empty(n0 + limits.max_new_tokens, dtype=torch.long, device=first.device)
-    tokens[:n0] = first
-    length = n0
-    eos = torch.tensor(limits.eos_token_ids, dtype=torch.long, device=first.device)
-    stats = GenerationStats(prompt_tokens=prompt.shape[1])
-    if streamer is not None:
-        streamer.put(first[None].cpu())
-    done = False
+    row = Row(
+        tokens=first.new_empty(first.numel() + limits.max_new_tokens),
+        pads=0,
+        sampler=sampler,
+        emission=emission,
+        limits=limits,
+        stats=GenerationStats(prompt_tokens=prompt.shape[1]),
+        streamer=streamer,
+    )
+    row.begin(first)
     round_start = perf_counter()  # a round's other time includes the previous update
-    while not done:
-        room = limits.max_new_tokens - (length - n0)
+    while not row.done:
         step = speculative_round(
-            target, drafter, tokens[:length], policy, sampler, room - 1, limits.eos_token_ids
+            target, drafter, row.committed, policy, sampler, row.room - 1, limits.eos_token_ids
         )
-        new_tokens, done = cut(step.new_tokens, room, eos)
-        if emission is not None:  # stopping criteria at each token; scores/logits to return
-            new_tokens, stopped = emission.emit(
-                tokens[:length], new_tokens, step.scores, step.logits
-            )
-            done = done or stopped
-        tokens[length : length + new_tokens.numel()] = new_tokens
-        length += new_tokens.numel()
-        target.crop(length - 1)
+        new_tokens = row.commit(step.new_tokens, step.scores, step.logits)
+        target.crop(row.length - 1)
         if drafter is not None:
-            drafter.crop(length - 1)
+            drafter.crop(row.length - 1)
         spent = perf_counter() - round_start
         record = step.record(
             new_tokens.numel(), spent - step.proposal.draft_time_s - step.target_time_s
         )
         round_start = perf_counter()
         policy.update(record)
-        stats.rounds.append(record)
-        if streamer is not None:
-            streamer.put(new_tokens[None].cpu())
-    if streamer is not None:
-        streamer.end()
-    stats.wall_time_s = perf_counter() - started
+        row.record(record, new_tokens)
+    row.stats.wall_time_s = perf_counter() - started
     extras = emission.results() if emission is not None else (None, None)
-    return GenerateOutput(tokens[:length][None], stats, *extras)
+    return GenerateOutput(row.committed[None], row.stats, *extras)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynaspec.continuous import ContinuousBatch, Joining
-from dynaspec.core.batch_loop import Row
 from dynaspec.core.round import Round
+from dynaspec.core.row import Row
 from dynaspec.serve.metrics import Metrics
 from dynaspec.serve.text import TextStream
 
