@@ -89,7 +89,7 @@ def test_the_tiny_pair_under_auto_keeps_the_targets_exact_output() -> None:
 
 
 def test_the_pair_leaves_the_static_path_where_its_copy_does_not_fit(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def fits_only_without_the_copy(*args: Any) -> None:
         if args[-1]:  # the static path's copy of the target
@@ -100,6 +100,7 @@ def test_the_pair_leaves_the_static_path_where_its_copy_does_not_fit(
     kept = loading._fitting_choice(choice, ("pair", torch.bfloat16, None, None))  # type: ignore[arg-type]
     assert kept is not None and not kept.static and kept.draft_quantize == "w4a8"
     assert "memory" in kept.record
+    assert "too little memory for the static path's copy" in capsys.readouterr().err
 
 
 # --- the CLI ---------------------------------------------------------------------------

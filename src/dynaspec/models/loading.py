@@ -315,6 +315,10 @@ def _fitting_choice(
     try:
         _check_pair_memory(*memory, True)
     except InsufficientMemoryError:
+        model_cache.say(
+            "fast='auto': too little memory for the static path's copy of the target, so the "
+            "models run as loaded (the draft's quantization and prompt lookup stay)"
+        )
         return choice.without_static("too little memory for the static path's copy")
     return choice
 
