@@ -50,6 +50,7 @@ def generate(
     assistant_confidence_threshold: float = 0.4,
     num_assistant_tokens_schedule: str = DEFAULT_SCHEDULE,
     seed: int | None = None,
+    seed_mode: str = "keyed",
     streamer: Any = None,
     policy: LookaheadPolicy | None = None,
     prompt_lookup_num_tokens: int | None = None,
@@ -105,7 +106,13 @@ def generate(
     )
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
     settings = resolve_settings(
-        kwargs, target, generation_config, input_length, seed, target_adapter.vocab_size
+        kwargs,
+        target,
+        generation_config,
+        input_length,
+        seed,
+        target_adapter.vocab_size,
+        seed_mode,
     )
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
     method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings,

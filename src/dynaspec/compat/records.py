@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynaspec.compat.keywords import WARPERS, BuildContext, build_stage, keyword_record
+from dynaspec.core.keyed import SEED_MODES
 from dynaspec.errors import ConfigError
 
 
@@ -19,9 +20,18 @@ class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
     off), then the seed of the sampling generator (None: nondeterministic).
     """
 
-    seed: int | None = None  # seeds the sampling generator; None: nondeterministic
+    seed: int | None = None  # seeds sampling; None: nondeterministic
+    # What the seed means (core/keyed.py): "keyed", noise keyed by (seed, position, token)
+    # and verification by coupling (the output is the target alone's with that seed, for
+    # any draft); "stream", a seeded generator and rejection sampling
+    seed_mode: str = "keyed"
 
     def __post_init__(self) -> None:
+        if self.seed_mode not in SEED_MODES:
+            raise ConfigError(
+                f"seed_mode must be one of {', '.join(map(repr, SEED_MODES))}, "
+                f"got {self.seed_mode!r}"
+            )
         if self.do_sample and not self.temperature > 0.0:
             raise ConfigError(
                 f"temperature must be > 0 when sampling, got {self.temperature}; "

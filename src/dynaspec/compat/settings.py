@@ -77,12 +77,13 @@ def resolve_settings(
     input_length: int,
     seed: int | None,
     vocab_size: int = 0,
+    seed_mode: str = "keyed",
 ) -> GenerationSettings:
     """The settings of one call: `call` keywords over `generation_config` (else the target's).
 
     input_length: tokens the decoder starts from (the prompt; 1 for encoder-decoder models),
     against which `max_length` and `min_length` count. vocab_size: the target's, which
-    token ids must lie below (0: unchecked).
+    token ids must lie below (0: unchecked). seed_mode: what `seed` means (SamplingConfig).
     """
     _check_names(call)
     checkpoint = getattr(target, "generation_config", None)
@@ -95,7 +96,7 @@ def resolve_settings(
     values = check_keyword_types(values, _TYPES, origin)
     check_token_keywords(values, origin, vocab_size)
     _refuse(values, origin)
-    sampling = SamplingConfig(seed=seed, **_record("sampling", values))
+    sampling = SamplingConfig(seed=seed, seed_mode=seed_mode, **_record("sampling", values))
     limits = LimitsConfig(
         max_new_tokens=_max_new_tokens(values, input_length),
         eos_token_ids=eos_ids(_eos(values, base, checkpoint), None),

@@ -17,6 +17,7 @@ import torch
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.emission import Emission
 from dynaspec.core.finite import require_finite
+from dynaspec.core.keyed import coupled_accept
 from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.row import Row
@@ -146,7 +147,10 @@ def accept(
     draft_tokens = proposal.tokens  # (k,)
     # Row i processed with the committed tokens + draft_tokens[:i] as the prefix.
     target_scores = sampler.process(target_logits, tokens, draft_tokens)  # (k + 1, V)
-    if sampler.config.do_sample:
+    if sampler.keyed_seed is not None:  # verification by coupling (core/keyed.py)
+        target_tokens = sampler.keyed(target_scores, tokens.numel())  # (k + 1,)
+        num_accepted, next_token = coupled_accept(draft_tokens, target_tokens)
+    elif sampler.config.do_sample:
         num_accepted, next_token = speculative_sample(
             draft_tokens,
             proposal.probs if proposal.probs is not None else target_logits.new_empty(0),

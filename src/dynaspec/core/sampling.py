@@ -6,7 +6,11 @@ of its own position, which speculative sampling requires for the output to follo
 target's processed distribution exactly. With no processors the logits pass through as they
 are (the fast path of plain greedy decoding).
 
-Random draws come from one seeded generator per device: a draw on a tensor uses the
+With a seed, by default (`seed_mode="keyed"`), a token is not drawn from a stream but chosen
+by noise keyed by (seed, position, token id) (core/keyed.py): the Gumbel-max trick, the same
+for the draft's proposal and the target's check, so the target's token at a position depends
+only on the seed and the prefix. Otherwise (no seed, or `seed_mode="stream"`), random draws
+come from one seeded generator per device: a draw on a tensor uses the
 generator on that tensor's device, so the draft samples on its own device and the
 verification's uniforms and tokens come from the target's. With both models on one device
 they share one stream; on two devices the second stream is seeded from `seed` and the
@@ -22,6 +26,7 @@ from typing import Any, Protocol
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
+from dynaspec.core.keyed import keyed_tokens
 from dynaspec.core.scores import apply_processors
 from dynaspec.core.verify import argmax
 from dynaspec.errors import NumericalError
@@ -32,6 +37,7 @@ class SamplingRule(Protocol):
 
     do_sample: bool  # False: the argmax of the processed scores; True: a draw from them
     seed: int | None  # seeds the sampling generator; None: nondeterministic
+    seed_mode: str  # "keyed": keyed noise and verification by coupling; "stream": a generator
 
     def warpers(self) -> list[Any]:
         """The sampling warpers, in transformers' order (none when greedy)."""
@@ -46,8 +52,12 @@ class TokenSampler:
         config: SamplingRule,
         device: torch.device | str = "cpu",
         processors: Sequence[LogitsProcessor] | None = None,
+        offset: int = 0,
     ) -> None:
         self.config = config
+        # Left padding before the sequence's first token (a batch row's): keyed positions
+        # count the sequence's own tokens, so a row draws as it would alone.
+        self.offset = offset
         # The device whose generator is seeded with `seed` itself (the target's).
         self.home = _canonical(device)
         # Every processor and warper in transformers' order (None: the config's warpers only).
@@ -98,7 +108,28 @@ class TokenSampler:
         `tokens` and this round's `drafted` ones as the prefix: (token 0-dim, probs (V,))."""
         scores = self.process(logits[None], tokens, drafted)[0]  # (V,)
         probs = self.normalize(scores[None])[0]  # (V,)
+        if self.keyed_seed is not None:  # the same keys the target's check uses
+            return self.keyed(scores[None], tokens.numel() + len(drafted))[0], probs
         return self.pick(scores, probs), probs
+
+    @property
+    def keyed_seed(self) -> int | None:
+        """The seed of keyed sampling (verification by coupling); None: not keyed (greedy,
+        no seed, or seed_mode "stream")."""
+        config = self.config
+        if not config.do_sample or config.seed is None:
+            return None
+        return config.seed if getattr(config, "seed_mode", "keyed") == "keyed" else None
+
+    def keyed(self, scores: torch.Tensor, length: int) -> torch.Tensor:
+        """(n,) keyed samples from (n, V) processed scores, row i the token after the first
+        `length` + i tokens of the (padded) sequence (core/keyed.py)."""
+        seed = self.keyed_seed
+        assert seed is not None, "keyed() needs do_sample, a seed and seed_mode 'keyed'"
+        best = scores.amax(-1)  # (n,) NaN, +inf, or -inf when every token is masked
+        if not bool(torch.isfinite(best).all()):
+            raise NumericalError(self._bad_distribution())
+        return keyed_tokens(scores, seed, length - self.offset)
 
     def uniform(self, n: int, device: torch.device | str) -> torch.Tensor:
         """(n,) uniform draws in [0, 1) on `device`, from that device's generator."""
@@ -109,12 +140,16 @@ class TokenSampler:
         try:
             return torch.multinomial(probs, 1, generator=self.generator(probs.device))[0]
         except RuntimeError as error:  # NaN, inf or negative: the processed scores were
-            names = ", ".join(type(p).__name__ for p in self.processors) or "none"
-            raise NumericalError(
-                "the distribution to sample from holds NaN, inf or negative values after "
-                f"the processors ({names}): check their values (a NaN or +inf bias, "
-                "penalty or factor), or the weights and dtype"
-            ) from error
+            raise NumericalError(self._bad_distribution()) from error
+
+    def _bad_distribution(self) -> str:
+        """The message of a NumericalError for a distribution that cannot be sampled."""
+        names = ", ".join(type(p).__name__ for p in self.processors) or "none"
+        return (
+            "the distribution to sample from holds NaN, inf or negative values after "
+            f"the processors ({names}): check their values (a NaN or +inf bias, "
+            "penalty or factor), or the weights and dtype"
+        )
 
     def generator(self, device: torch.device | str) -> torch.Generator | None:
         """The seeded generator on `device` (made on first use); None when not seeded."""

@@ -1,0 +1,246 @@
+"""Keyed sampling (core/keyed.py): one seed, one text, whatever drafts it.
+
+The noise is a function of (seed, position, token id) alone; the keyed sample follows the
+processed distribution (chi-square, with a broken coupling as the control that fails); and
+a seeded speculative run equals the target alone's with the same seed token for token, for
+every draft source and schedule, on fp32 tiny models.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from test_sampling import (
+    ALPHA,
+    PROMPT,
+    chi_square_pvalue,
+    exact_distribution,
+    processed,
+    scripted_pair,
+)
+from tiny_models import noisy_copy, tiny_model
+
+import dynaspec
+from dynaspec.compat.records import SamplingConfig
+from dynaspec.core import keyed
+from dynaspec.core import loop as decoding
+from dynaspec.core.config import LimitsConfig
+from dynaspec.core.loop import decode
+from dynaspec.core.sampling import TokenSampler
+from dynaspec.drafters import ModelDrafter
+from dynaspec.errors import ConfigError, NumericalError
+from dynaspec.policies import ConstantPolicy, DynamicPolicy
+
+VOCAB_SIZE = 64
+
+
+# ---- the noise --------------------------------------------------------------------------
+
+
+def test_the_hash_wraps_as_exact_32_bit_arithmetic() -> None:
+    """torch's int32 products wrap; the hash equals its exact-integer reference."""
+    draws = random.Random(0)
+    words = [draws.getrandbits(32) for _ in range(2000)] + [0, 1, 2**31 - 1, 2**31, 2**32 - 1]
+    hashed = keyed.mix(keyed._as_words(torch.tensor(words)))
+    assert [w % 2**32 for w in hashed.tolist()] == [keyed.reference_mix(w) for w in words]
+
+
+def test_the_noise_depends_only_on_seed_position_and_token() -> None:
+    """A row of noise is the same whether made alone, among other positions (in any order),
+    or for a few token ids; another seed or position changes it."""
+    together = keyed.gumbel_noise(7, torch.tensor([40, 3, 12]), VOCAB_SIZE, "cpu")  # (3, V)
+    for row, position in enumerate((40, 3, 12)):
+        alone = keyed.gumbel_noise(7, torch.tensor([position]), VOCAB_SIZE, "cpu")[0]
+        assert torch.equal(together[row], alone)
+    ids = torch.tensor([5, 0, 63])
+    picked = keyed.gumbel(7, torch.tensor([12, 12, 12]), ids)  # (3,) pairs
+    assert torch.equal(picked, together[2, ids])
+    assert not torch.equal(keyed.gumbel_noise(8, torch.tensor([40]), VOCAB_SIZE, "cpu")[0],
+                           together[0])  # fmt: skip
+    assert len(set(together[0].tolist())) == VOCAB_SIZE  # no two tokens share a value
+
+
+def test_the_uniforms_are_uniform_and_never_zero_or_one() -> None:
+    values = keyed.uniforms(3, torch.arange(50).view(-1, 1), torch.arange(4000))  # (50, 4000)
+    assert float(values.min()) > 0.0 and float(values.max()) < 1.0
+    counts = torch.histc(values.float(), bins=20, min=0.0, max=1.0)
+    assert chisquare(counts.numpy()).pvalue > ALPHA
+
+
+def test_large_and_negative_seeds_are_keys_of_their_own() -> None:
+    seeds = (0, 1, -1, 2**32, 2**63 - 1, -(2**63), 2**64 - 1)
+    rows = [keyed.gumbel_noise(s, torch.tensor([0]), VOCAB_SIZE, "cpu")[0] for s in seeds]
+    assert len({tuple(row.tolist()) for row in rows}) == len(seeds) - 1  # -1 == 2**64 - 1
+
+
+def test_masked_tokens_never_win_and_the_sparse_path_equals_the_dense_one() -> None:
+    scores = torch.randn(200, VOCAB_SIZE)
+    scores[:, 3:] = float("-inf")  # three tokens allowed: the CPU's sparse path
+    sparse = keyed.keyed_tokens(scores, 11, 5)
+    noise = keyed.gumbel_noise(11, torch.arange(5, 205), VOCAB_SIZE, "cpu")
+    assert torch.equal(sparse, (scores + noise).argmax(-1))
+    assert int(sparse.max()) < 3 and len(set(sparse.tolist())) == 3
+
+
+def test_keyed_samples_follow_the_processed_distribution() -> None:
+    """One position per draw: the keyed samples of fixed logits under temperature, top-k and
+    top-p follow transformers' processed distribution; the raw logits' would not."""
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0, -5.0])
+    config = SamplingConfig(do_sample=True, temperature=0.8, top_k=6, top_p=0.95, seed=0)
+    sampler = TokenSampler(config)
+    scores = sampler.process(logits.expand(6000, -1))  # (6000, 8)
+    tokens = keyed.keyed_tokens(scores, 21, 0)
+    expected = processed(logits, config).float() * tokens.numel()
+    observed = torch.bincount(tokens, minlength=logits.numel()).float()
+    support = expected > 0
+    assert not bool(observed[~support].any()), "a token the warpers removed was sampled"
+    assert chisquare(observed[support].numpy(), expected[support].numpy()).pvalue > ALPHA
+    raw = torch.softmax(logits, -1)[support] * tokens.numel()
+    raw = raw * expected[support].sum() / raw.sum()
+    assert chisquare(observed[support].numpy(), raw.numpy()).pvalue < ALPHA
+
+
+# ---- coupling in the loop: the distribution -------------------------------------------------
+
+
+def keyed_sequences(length: int, runs: int, drafting: bool, **sampling: Any) -> Counter:
+    """Counts of the `length` new tokens of the scripted pair over `runs` seeds (each run
+    its own seed: a seed fixes the text)."""
+    target, draft = scripted_pair()
+    counts: Counter = Counter()
+    with torch.inference_mode():
+        for seed in range(runs):
+            sampler = TokenSampler(SamplingConfig(do_sample=True, seed=seed, **sampling))
+            drafter = ModelDrafter(draft) if drafting else None
+            out = decode(target, drafter, torch.tensor([PROMPT]), ConstantPolicy(3), sampler,
+                         LimitsConfig(max_new_tokens=length))  # fmt: skip
+            counts[tuple(out.sequences[0, len(PROMPT) :].tolist())] += 1
+    return counts
+
+
+@pytest.mark.parametrize("drafting", [True, False], ids=["coupled", "alone"])
+def test_coupled_sequences_follow_the_target(drafting: bool) -> None:
+    counts = keyed_sequences(3, 1500, drafting)
+    config = SamplingConfig(do_sample=True, seed=0)
+    assert chi_square_pvalue(counts, exact_distribution(3, config)) > ALPHA
+
+
+def test_a_broken_coupling_fails_the_same_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: keeping every drafted token makes the output follow the draft."""
+
+    def accept_all(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> Any:
+        return draft_tokens.numel(), target_tokens[draft_tokens.numel()]
+
+    monkeypatch.setattr(decoding, "coupled_accept", accept_all)
+    counts = keyed_sequences(3, 1500, drafting=True)
+    config = SamplingConfig(do_sample=True, seed=0)
+    assert chi_square_pvalue(counts, exact_distribution(3, config)) < ALPHA
+
+
+def test_the_draft_proposes_with_the_same_keys() -> None:
+    """The scripted draft and target: a drafted token equals the target's keyed sample far
+    more often than independent draws would (coupling), and the loop accepts exactly those."""
+    target, draft = scripted_pair()
+    accepted = drafted = 0
+    with torch.inference_mode():
+        for seed in range(300):
+            sampler = TokenSampler(SamplingConfig(do_sample=True, seed=seed))
+            policy, limits = DynamicPolicy(3, 0.0), LimitsConfig(max_new_tokens=6)
+            out = decode(target, ModelDrafter(draft), torch.tensor([PROMPT]), policy, sampler,
+                         limits)  # fmt: skip
+            accepted += sum(r.num_accepted for r in out.stats.rounds)
+            drafted += sum(r.num_drafted for r in out.stats.rounds)
+    assert 0 < accepted < drafted
+
+
+# ---- coupling through generate(): the target alone's text -----------------------------------
+
+SAMPLING = [
+    {"temperature": 1.5},
+    {"temperature": 1.2, "top_k": 8, "top_p": 0.9},
+    {"temperature": 2.0, "min_p": 0.05, "repetition_penalty": 1.3},
+    {"temperature": 1.5, "typical_p": 0.9, "no_repeat_ngram_size": 3},
+]
+SCHEDULES = [
+    {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": 3},
+    {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": 2},
+    {"num_assistant_tokens_schedule": "dynamic", "assistant_confidence_threshold": 0.3},
+    {"num_assistant_tokens_schedule": "adaptive"},
+]
+SOURCES = ["model", "lookup", "hybrid", "same"]
+
+
+def pair() -> tuple[Any, Any]:
+    target = tiny_model("llama", vocab_size=VOCAB_SIZE)
+    return target, noisy_copy(target, scale=0.3, seed=1)
+
+
+def prompts() -> list[torch.Tensor]:
+    rows = [[1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2], [7, 9, 7, 9, 7], [30]]
+    return [torch.tensor([row]) for row in rows]
+
+
+def draft_for(source: str, target: Any, draft: Any) -> tuple[Any, dict[str, Any]]:
+    lookup = {"prompt_lookup_num_tokens": 4}
+    return {
+        "model": (draft, {}),
+        "lookup": (None, lookup),
+        "hybrid": (draft, lookup),
+        "same": (target, {}),
+    }[source]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_seeded_output_equals_the_target_alone_for_every_source_and_schedule(source: str) -> None:
+    target, noisy = pair()
+    draft, extra = draft_for(source, target, noisy)
+    accepted = rejected = 0
+    for case, (sampling, schedule) in enumerate(
+        (s, d) for s in SAMPLING for d in SCHEDULES
+    ):  # fmt: skip
+        prompt = prompts()[case % 3]
+        kwargs = {"do_sample": True, "max_new_tokens": 20, "seed": 100 + case, **sampling}
+        alone = dynaspec.generate(target, None, prompt, **kwargs)
+        out = dynaspec.generate(target, draft, prompt, **kwargs, **schedule, **extra)
+        assert out.sequences.tolist() == alone.sequences.tolist(), (sampling, schedule)
+        rounds = out.stats.rounds
+        accepted += sum(r.num_accepted for r in rounds)
+        rejected += sum(r.num_drafted - r.num_accepted for r in rounds)
+    assert accepted > 0  # drafts were kept...
+    if source != "same":
+        assert rejected > 0  # ...and replaced: both branches of the coupling ran
+
+
+def test_seeded_runs_repeat_and_different_seeds_differ() -> None:
+    target, draft = pair()
+    prompt = prompts()[2]
+    kwargs = {"do_sample": True, "temperature": 2.0, "max_new_tokens": 24}
+    runs = [dynaspec.generate(target, draft, prompt, seed=seed, **kwargs) for seed in (1, 1, 2)]
+    assert runs[0].sequences.tolist() == runs[1].sequences.tolist()
+    assert runs[0].sequences.tolist() != runs[2].sequences.tolist()
+
+
+def test_stream_mode_keeps_rejection_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """seed_mode="stream": the seeded generator and rejection sampling, as before."""
+    target, draft = pair()
+    called = []
+    monkeypatch.setattr(decoding, "coupled_accept", lambda *a: called.append(a))
+    kwargs = {"do_sample": True, "max_new_tokens": 6, "seed": 3, "seed_mode": "stream"}
+    first = dynaspec.generate(target, draft, prompts()[0], **kwargs)
+    again = dynaspec.generate(target, draft, prompts()[0], **kwargs)
+    assert first.sequences.tolist() == again.sequences.tolist() and not called
+
+
+def test_an_unknown_seed_mode_and_a_nan_distribution_are_typed_errors() -> None:
+    with pytest.raises(ConfigError, match="seed_mode must be one of 'keyed', 'stream'"):
+        SamplingConfig(do_sample=True, seed=1, seed_mode="keys")
+    sampler = TokenSampler(SamplingConfig(do_sample=True, seed=1))
+    with pytest.raises(NumericalError, match="NaN, inf"):
+        sampler.keyed(torch.full((1, 4), float("nan")), 3)
+    with pytest.raises(NumericalError):
+        sampler.keyed(torch.full((1, 4), float("-inf")), 3)
