@@ -244,3 +244,112 @@ def test_an_unknown_seed_mode_and_a_nan_distribution_are_typed_errors() -> None:
         sampler.keyed(torch.full((1, 4), float("nan")), 3)
     with pytest.raises(NumericalError):
         sampler.keyed(torch.full((1, 4), float("-inf")), 3)
+
+
+# ---- batches and the server: each row its own seed --------------------------------------
+
+
+def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (B, T) input_ids and their attention mask."""
+    width = max(len(row) for row in rows)
+    ids = torch.tensor([[0] * (width - len(row)) + row for row in rows])
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+    return ids, mask
+
+
+@pytest.mark.parametrize("source", ["model", "lookup", "hybrid"])
+@pytest.mark.parametrize("schedule", SCHEDULES[:1] + SCHEDULES[2:], ids=["constant", "dynamic",
+                                                                          "adaptive"])  # fmt: skip
+def test_a_batch_row_samples_as_the_target_alone_with_seed_plus_row(
+    source: str, schedule: dict[str, Any]
+) -> None:
+    """Row r of a left-padded batch with seed=s: the target alone's text with seed s + r."""
+    target, noisy = pair()
+    draft, extra = draft_for(source, target, noisy)
+    rows = [[1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2], [7, 9, 7]]
+    ids, mask = padded(rows)
+    kwargs = {"do_sample": True, "temperature": 1.5, "top_k": 20, "max_new_tokens": 16}
+    out = dynaspec.generate(target, draft, ids, attention_mask=mask, seed=40, **kwargs,
+                            **schedule, **extra)  # fmt: skip
+    for index, row in enumerate(rows):
+        alone = dynaspec.generate(target, None, torch.tensor([row]), seed=40 + index, **kwargs)
+        new = alone.sequences[0, len(row) :].tolist()
+        assert out.sequences[index, ids.shape[1] : ids.shape[1] + len(new)].tolist() == new
+
+
+def test_a_seed_list_gives_each_row_its_seed_and_must_fit_the_batch() -> None:
+    target, draft = pair()
+    rows = [[5, 6], [30, 31]]
+    ids, mask = padded(rows)
+    kwargs = {"do_sample": True, "temperature": 1.5, "max_new_tokens": 12}
+    out = dynaspec.generate(target, draft, ids, attention_mask=mask, seed=[9, 2], **kwargs)
+    for index, seed in enumerate((9, 2)):
+        alone = dynaspec.generate(target, None, torch.tensor([rows[index]]), seed=seed, **kwargs)
+        assert out.sequences[index].tolist() == alone.sequences[0].tolist()
+    with pytest.raises(ConfigError, match="lists 3 seeds, one per row, for 2 rows"):
+        dynaspec.generate(target, draft, ids, attention_mask=mask, seed=[1, 2, 3], **kwargs)
+    one = dynaspec.generate(target, draft, ids[:1], seed=[9], **kwargs)
+    assert one.sequences.tolist() == out.sequences[:1].tolist()
+
+
+def test_rows_joining_a_running_batch_sample_as_the_target_alone() -> None:
+    """The server's batch (ContinuousBatch, the adaptive rule): rows join at different
+    rounds, each with its own seed, and each gets the target alone's text."""
+    from dynaspec.continuous import ContinuousBatch
+
+    target, draft = pair()
+    batch = ContinuousBatch(target, draft, prompt_lookup_num_tokens=4)
+    prompts_ = [[1, 2, 3, 4, 1, 2, 3], [7, 9, 7, 9], [30], [12, 13]]
+    settings = {"do_sample": True, "temperature": 1.5, "max_new_tokens": 14}
+    pending = {index: index for index in range(len(prompts_))}  # joins before round `index`
+    got: dict[int, list[int]] = {}
+    names: dict[int, int] = {}
+    for step in range(100):
+        for index, when in pending.items():
+            if when == step:
+                row = batch.make_row(prompts_[index], dict(settings, seed=50 + index))
+                names[id(row)] = index
+                batch.join(row, prompts_[index])
+        batch.step()
+        for row in batch.leave(lambda row: row.done):
+            got[names[id(row)]] = row.committed[row.start :].tolist()
+        if len(got) == len(prompts_):
+            break
+    for index, prompt in enumerate(prompts_):
+        alone = dynaspec.generate(target, None, torch.tensor([prompt]), seed=50 + index,
+                                  **settings)  # fmt: skip
+        assert got[index] == alone.sequences[0, len(prompt) :].tolist(), index
+
+
+def test_concurrent_seeded_server_requests_get_the_target_alone_text() -> None:
+    """Four clients at once against `dynaspec serve` (the adaptive rule, a batch of 3):
+    each seeded request's text is the target alone's with its seed."""
+    pytest.importorskip("fastapi")
+    openai = pytest.importorskip("openai")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serve_helpers import alone_text, running_server
+
+    from dynaspec.models.tiny import tiny_pair
+
+    target, draft, tokenizer = tiny_pair()
+    prompts_ = ["def fib(n):", "x = [1, 2", "import os", "class Stack:"]
+    settings = {"max_tokens": 16, "temperature": 1.0, "top_p": 0.9}
+
+    def ask(url: str, index: int) -> str:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+        reply = client.completions.create(
+            model="tiny", prompt=prompts_[index], seed=index + 1, **settings
+        )
+        return reply.choices[0].text
+
+    with (
+        running_server(target, draft, tokenizer, max_batch=3) as (url, _),
+        ThreadPoolExecutor(4) as pool,
+    ):
+        texts = list(pool.map(lambda index: ask(url, index), range(4)))
+    assert all(texts) and len(set(texts)) == 4
+    for index, text in enumerate(texts):
+        expected = alone_text(target, None, tokenizer, prompts_[index], 16, do_sample=True,
+                              temperature=1.0, top_p=0.9, seed=index + 1)  # fmt: skip
+        assert text == expected, index

@@ -15,9 +15,8 @@ for sure, so `compute_transition_scores` gives it a log-probability of 0).
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,6 +62,7 @@ from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
 # generate()'s own keywords that a batch call reads (besides the models and input_ids).
 BATCH_OPTIONS = (
     "seed",
+    "seed_mode",
     "streamer",
     "policy",
     "prompt_lookup_num_tokens",
@@ -109,6 +109,7 @@ def generate_batch(
         ids.shape[1],
         options.get("seed"),
         target_batch.vocab_size,
+        options.get("seed_mode", "keyed"),
     )
     method = check_text_options(
         texts, settings.sampling.do_sample, options.get("cross_tokenizer", "auto")
@@ -333,7 +334,7 @@ def _row(
 ) -> Row:
     """Row `index` with its own policy, sampler (its own random stream) and stop rules."""
     prompt = ids[index : index + 1]  # (1, T) with its left padding, as transformers sees it
-    sampling = _row_sampling(settings.sampling, index)
+    sampling = settings.sampling.for_row(index, len(ids))
     pads = int((mask[index] == 0).sum())
     return new_row(prompt, pads, settings, criteria, options.get("logits_processor"), sampling)
 
@@ -354,7 +355,7 @@ def new_row(
         settings.sampling, settings.processors, custom, prompt, width, limits, pads
     )
     sampler = TokenSampler(
-        sampling or settings.sampling, device=prompt.device, processors=processors
+        sampling or settings.sampling, device=prompt.device, processors=processors, offset=pads
     )
     return Row(
         tokens=prompt.new_empty(width + limits.max_new_tokens),
@@ -364,15 +365,6 @@ def new_row(
         limits=limits,
         stats=GenerationStats(prompt_tokens=width),
     )
-
-
-def _row_sampling(sampling: SamplingConfig, index: int) -> SamplingConfig:
-    """Row 0 draws from `seed` itself (as the row would alone); row i from a seed of its own,
-    so that no two rows share a random stream."""
-    if sampling.seed is None or index == 0:
-        return sampling
-    mixed = zlib.crc32(f"{sampling.seed}:row{index}".encode()) ^ (sampling.seed << 32)
-    return replace(sampling, seed=mixed & (2**63 - 1))
 
 
 def _output(

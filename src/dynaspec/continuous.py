@@ -133,9 +133,9 @@ class ContinuousBatch:
             raise InputError("the prompt has no tokens: send at least one")
         check_token_ids(ids, self.target.vocab_size)
         call = dict(kwargs)
-        seed = call.pop("seed", None)
+        seed, seed_mode = call.pop("seed", None), call.pop("seed_mode", "keyed")
         settings = resolve_settings(
-            call, self.model, None, ids.numel(), seed, self.target.vocab_size
+            call, self.model, None, ids.numel(), seed, self.target.vocab_size, seed_mode
         )
         if self.texts is not None:  # what such a draft cannot do, as generate() refuses it
             check_text_options(self.texts, settings.sampling.do_sample, self.method)
@@ -184,7 +184,8 @@ class ContinuousBatch:
                 self.drafter.join(ids)
         self.policy.join(joining.done, joining.seconds)
         self.rows.append(row)
-        if row.sampler.config.do_sample and row.sampler.config.seed is not None:
+        sampler = row.sampler  # a seeded stream draws its first token with the next round
+        if sampler.config.do_sample and sampler.config.seed is not None and not sampler.keyed_seed:
             return None
         try:
             with torch.inference_mode():

@@ -163,7 +163,8 @@ def _sampler(
     processors = full_processor_list(
         settings.sampling, settings.processors, custom, prompt, input_length, settings.limits
     )
-    return TokenSampler(settings.sampling, device=prompt.device, processors=processors)
+    sampling = settings.sampling.for_row(0)  # a seed list of one: its seed
+    return TokenSampler(sampling, device=prompt.device, processors=processors)
 
 
 def _check_settings(

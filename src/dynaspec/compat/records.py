@@ -3,7 +3,8 @@ compat/keywords.py's table (settings.py fills them from the call and the checkpo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dynaspec.compat.keywords import WARPERS, BuildContext, build_stage, keyword_record
@@ -17,16 +18,41 @@ class SamplingConfig(keyword_record("SamplingKeywords", "sampling")):
 
     do_sample (False: greedy, the argmax; True: sample from the processed probabilities),
     temperature and the warpers, one field per sampling keyword of compat/keywords.py (None:
-    off), then the seed of the sampling generator (None: nondeterministic).
+    off), then the seed (None: nondeterministic) and what it means.
     """
 
-    seed: int | None = None  # seeds sampling; None: nondeterministic
+    # seeds sampling (None: nondeterministic); a batch's: one int for all rows (see for_row)
+    # or a tuple of one seed per row
+    seed: int | tuple[int, ...] | None = None
     # What the seed means (core/keyed.py): "keyed", noise keyed by (seed, position, token)
     # and verification by coupling (the output is the target alone's with that seed, for
-    # any draft); "stream", a seeded generator and rejection sampling
-    seed_mode: str = "keyed"
+    # any draft); "stream", a seeded generator and rejection sampling. generate() and the
+    # server default to "keyed"; a record made directly, to "stream".
+    seed_mode: str = "stream"
+
+    def for_row(self, index: int, rows: int = 1) -> SamplingConfig:
+        """The sampling of row `index` of `rows`: its own seed. A tuple: its entry. An int,
+        "keyed": seed + index (row r samples as generate() of that row alone with
+        seed + r); "stream": row 0 the seed itself, row i a seed mixed from it (no two rows
+        share a random stream)."""
+        seed = self.seed
+        if isinstance(seed, tuple):
+            if len(seed) != rows:
+                raise ConfigError(
+                    f"seed= lists {len(seed)} seeds, one per row, for {rows} rows: pass "
+                    f"{rows} seeds, or one int (row r then samples with seed + r)"
+                )
+            return replace(self, seed=seed[index])
+        if seed is None or index == 0:
+            return self
+        if self.seed_mode == "keyed":
+            return replace(self, seed=seed + index)
+        mixed = zlib.crc32(f"{seed}:row{index}".encode()) ^ (seed << 32)
+        return replace(self, seed=mixed & (2**63 - 1))
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, list):
+            object.__setattr__(self, "seed", tuple(self.seed))
         if self.seed_mode not in SEED_MODES:
             raise ConfigError(
                 f"seed_mode must be one of {', '.join(map(repr, SEED_MODES))}, "

@@ -20,7 +20,7 @@ Nothing here writes onto a model or its config: values are read and copied.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ def resolve_settings(
     target: Any,
     generation_config: Any,
     input_length: int,
-    seed: int | None,
+    seed: int | Sequence[int] | None,
     vocab_size: int = 0,
     seed_mode: str = "keyed",
 ) -> GenerationSettings:

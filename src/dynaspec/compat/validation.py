@@ -52,10 +52,14 @@ def check_prompt(input_ids: Any) -> torch.Tensor:
 
 def check_call_arguments(seed: Any, streamer: Any, policy: Any) -> None:
     """Raises ConfigError for generate()'s own arguments of the wrong kind."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError(f"seed must be an int (e.g. seed=0) or None, got {seed!r}")
-    if seed is not None and not -(2**63) <= seed < 2**64:  # what torch.Generator takes
-        raise ConfigError(f"seed must lie in [-2**63, 2**64) (e.g. seed=0), got {seed}")
+    for one in seed if isinstance(seed, list | tuple) else [seed]:
+        if one is not None and (isinstance(one, bool) or not isinstance(one, int)):
+            raise ConfigError(
+                f"seed must be an int (e.g. seed=0), a list of one int per batch row, or "
+                f"None, got {seed!r}"
+            )
+        if one is not None and not -(2**63) <= one < 2**64:  # what torch.Generator takes
+            raise ConfigError(f"seed must lie in [-2**63, 2**64) (e.g. seed=0), got {one}")
     if streamer is not None and not all(
         callable(getattr(streamer, name, None)) for name in ("put", "end")
     ):
