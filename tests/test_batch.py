@@ -252,8 +252,9 @@ def pooled_pvalue(counts: Counter, distribution: dict[tuple[int, ...], float]) -
     return float(chisquare(observed, expected).pvalue)
 
 
-def sampled_rows(target, draft, calls: int) -> list[Counter]:
-    """Counts of each row's two new tokens over `calls` seeded batch calls."""
+def sampled_rows(target, draft, calls: int, seed_mode: str = "keyed") -> list[Counter]:
+    """Counts of each row's two new tokens over `calls` seeded batch calls (keyed: coupling;
+    stream: rejection sampling)."""
     ids, mask = padded(SAMPLING_PROMPTS)
     counts = [Counter() for _ in SAMPLING_PROMPTS]
     for seed in range(calls):
@@ -264,6 +265,7 @@ def sampled_rows(target, draft, calls: int) -> list[Counter]:
             attention_mask=mask,
             do_sample=True,
             seed=seed,
+            seed_mode=seed_mode,
             max_new_tokens=2,
             num_assistant_tokens=2,
             num_assistant_tokens_schedule="constant",
@@ -281,19 +283,27 @@ def sampling_pair() -> tuple[object, object]:
     return target, noisy_copy(target, scale=0.5)
 
 
-def test_sampled_rows_follow_their_target_distribution() -> None:
+@pytest.mark.parametrize("seed_mode", ["keyed", "stream"])
+def test_sampled_rows_follow_their_target_distribution(seed_mode: str) -> None:
     target, draft = sampling_pair()
-    for counts, prompt in zip(sampled_rows(target, draft, 500), SAMPLING_PROMPTS, strict=True):
+    rows = sampled_rows(target, draft, 500, seed_mode)
+    for counts, prompt in zip(rows, SAMPLING_PROMPTS, strict=True):
         pvalue = pooled_pvalue(counts, row_distribution(target, prompt, 2))
         assert pvalue > ALPHA, f"row {prompt}: p = {pvalue:.2e}"
 
 
-def test_the_row_check_fails_for_a_broken_verifier(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("seed_mode", ["keyed", "stream"])
+def test_the_row_check_fails_for_a_broken_verifier(
+    monkeypatch: pytest.MonkeyPatch, seed_mode: str
+) -> None:
     monkeypatch.setattr(decoding, "speculative_sample", accept_always)
+    monkeypatch.setattr(decoding, "coupled_accept", lambda drafted, target_tokens: (
+        drafted.numel(), target_tokens[drafted.numel()]))  # fmt: skip
     target, draft = sampling_pair()
+    rows = sampled_rows(target, draft, 300, seed_mode)
     pvalues = [
         pooled_pvalue(counts, row_distribution(target, prompt, 2))
-        for counts, prompt in zip(sampled_rows(target, draft, 300), SAMPLING_PROMPTS, strict=True)
+        for counts, prompt in zip(rows, SAMPLING_PROMPTS, strict=True)
     ]
     assert min(pvalues) < ALPHA
 

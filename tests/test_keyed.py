@@ -23,7 +23,7 @@ from test_sampling import (
     processed,
     scripted_pair,
 )
-from tiny_models import noisy_copy, tiny_model
+from tiny_models import CUDA, noisy_copy, tiny_model
 
 import dynaspec
 from dynaspec.compat.records import SamplingConfig
@@ -115,7 +115,8 @@ def keyed_sequences(length: int, runs: int, drafting: bool, **sampling: Any) -> 
     counts: Counter = Counter()
     with torch.inference_mode():
         for seed in range(runs):
-            sampler = TokenSampler(SamplingConfig(do_sample=True, seed=seed, **sampling))
+            config = SamplingConfig(do_sample=True, seed=seed, seed_mode="keyed", **sampling)
+            sampler = TokenSampler(config)
             drafter = ModelDrafter(draft) if drafting else None
             out = decode(target, drafter, torch.tensor([PROMPT]), ConstantPolicy(3), sampler,
                          LimitsConfig(max_new_tokens=length))  # fmt: skip
@@ -149,7 +150,7 @@ def test_the_draft_proposes_with_the_same_keys() -> None:
     accepted = drafted = 0
     with torch.inference_mode():
         for seed in range(300):
-            sampler = TokenSampler(SamplingConfig(do_sample=True, seed=seed))
+            sampler = TokenSampler(SamplingConfig(do_sample=True, seed=seed, seed_mode="keyed"))
             policy, limits = DynamicPolicy(3, 0.0), LimitsConfig(max_new_tokens=6)
             out = decode(target, ModelDrafter(draft), torch.tensor([PROMPT]), policy, sampler,
                          limits)  # fmt: skip
@@ -239,7 +240,7 @@ def test_stream_mode_keeps_rejection_sampling(monkeypatch: pytest.MonkeyPatch) -
 def test_an_unknown_seed_mode_and_a_nan_distribution_are_typed_errors() -> None:
     with pytest.raises(ConfigError, match="seed_mode must be one of 'keyed', 'stream'"):
         SamplingConfig(do_sample=True, seed=1, seed_mode="keys")
-    sampler = TokenSampler(SamplingConfig(do_sample=True, seed=1))
+    sampler = TokenSampler(SamplingConfig(do_sample=True, seed=1, seed_mode="keyed"))
     with pytest.raises(NumericalError, match="NaN, inf"):
         sampler.keyed(torch.full((1, 4), float("nan")), 3)
     with pytest.raises(NumericalError):
@@ -353,3 +354,18 @@ def test_concurrent_seeded_server_requests_get_the_target_alone_text() -> None:
         expected = alone_text(target, None, tokenizer, prompts_[index], 16, do_sample=True,
                               temperature=1.0, top_p=0.9, seed=index + 1)  # fmt: skip
         assert text == expected, index
+
+
+@pytest.mark.parametrize("gpu", [pytest.param("cuda", marks=CUDA)])
+def test_the_noise_and_the_samples_are_the_same_on_a_gpu(gpu: str) -> None:
+    """The integer hash is exact everywhere: the uniforms are bit-identical, the samples
+    equal (the float64 Gumbel transform may differ in a last bit, never at these gaps)."""
+    positions = torch.arange(0, 300, 7)
+    ids = torch.arange(5000)
+    on_cpu = keyed.uniforms(5, positions.view(-1, 1), ids)
+    on_gpu = keyed.uniforms(5, positions.view(-1, 1).to(gpu), ids.to(gpu))
+    assert torch.equal(on_cpu, on_gpu.cpu())
+    scores = torch.randn(positions.numel(), 5000)
+    scores[::2, 100:] = float("-inf")  # sparse rows too (the CPU takes its own path)
+    assert torch.equal(keyed.keyed_tokens(scores, 5, 40),
+                       keyed.keyed_tokens(scores.to(gpu), 5, 40).cpu())  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -82,20 +83,27 @@ def exact_distribution(reference: list[Any]) -> dict[tuple[int, ...], float]:
     return distribution
 
 
-def sample_counts(keywords: dict[str, Any], num_samples: int, seed: int) -> Counter:
-    """Counts of the LENGTH new tokens over `num_samples` speculative runs (lookahead 3)."""
+def sample_counts(
+    keywords: dict[str, Any], num_samples: int, seed: int, seed_mode: str = "stream"
+) -> Counter:
+    """Counts of the LENGTH new tokens over `num_samples` speculative runs (lookahead 3).
+    stream: one seeded sampler for every run (rejection sampling); keyed: run i samples
+    with seed `num_samples * seed + i` (coupling: a seed fixes the text)."""
     call = {"do_sample": True, "max_new_tokens": LENGTH, **keywords}
-    settings = resolve_settings(call, None, None, len(PROMPT), seed)
+    settings = resolve_settings(call, None, None, len(PROMPT), seed, seed_mode=seed_mode)
     prompt = torch.tensor([PROMPT])
     processors = full_processor_list(
         settings.sampling, settings.processors, None, prompt, len(PROMPT), settings.limits
     )
-    sampler = TokenSampler(settings.sampling, processors=processors)
     target = ScriptedModel(lambda prefix: TARGET_LOGITS[prefix[-1]], VOCAB_SIZE)
     draft = ScriptedModel(lambda prefix: CLOSE_DRAFT_LOGITS[prefix[-1]], VOCAB_SIZE)
+    sampler = TokenSampler(settings.sampling, processors=processors)
     counts: Counter = Counter()
     with torch.inference_mode():
-        for _ in range(num_samples):
+        for run in range(num_samples):
+            if seed_mode == "keyed":
+                sampling = replace(settings.sampling, seed=num_samples * seed + run)
+                sampler = TokenSampler(sampling, processors=processors)
             out = decode(
                 target, ModelDrafter(draft), prompt, ConstantPolicy(3), sampler, settings.limits
             )
@@ -103,14 +111,15 @@ def sample_counts(keywords: dict[str, Any], num_samples: int, seed: int) -> Coun
     return counts
 
 
+@pytest.mark.parametrize("seed_mode", ["stream", "keyed"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_sampled_sequences_follow_the_processed_target(case: str) -> None:
+def test_sampled_sequences_follow_the_processed_target(case: str, seed_mode: str) -> None:
     keywords, reference = CASES[case]
     distribution = exact_distribution(reference)
     plain = exact_distribution([])
     total_variation = sum(abs(distribution[s] - plain[s]) for s in plain) / 2
     assert total_variation > 0.1, "the setting must change the distribution"
-    counts = sample_counts(keywords, num_samples=600, seed=list(CASES).index(case))
+    counts = sample_counts(keywords, 600, list(CASES).index(case), seed_mode)
     pvalue = chi_square_pvalue(counts, distribution)
     assert pvalue > ALPHA, f"{case}: differs from the processed target (p={pvalue:.2e})"
 
@@ -123,14 +132,14 @@ def without_drafted_prefix(processors, logits, tokens, drafted):  # noqa: ANN001
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("seed", "seed_mode"), [(0, "stream"), (1, "stream"), (0, "keyed")])
 def test_the_check_fails_when_rows_ignore_their_drafted_prefix(
-    monkeypatch: pytest.MonkeyPatch, seed: int
+    monkeypatch: pytest.MonkeyPatch, seed: int, seed_mode: str
 ) -> None:
     """Row i of the verification processed without draft[:i]: the penalty misses the drafted
     token, and top-p then keeps tokens the target never emits after it."""
     keywords, reference = CASES["repetition_penalty_top_p"]
     monkeypatch.setattr(sampling_module, "apply_processors", without_drafted_prefix)
-    counts = sample_counts(keywords, num_samples=600, seed=seed)
+    counts = sample_counts(keywords, 600, seed, seed_mode)
     with pytest.raises(AssertionError, match="never produce|differs from the target"):
         assert_follows_target(counts, exact_distribution(reference))

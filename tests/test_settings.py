@@ -73,7 +73,7 @@ def test_a_passed_generation_config_is_a_clean_slate(checkpoint: Any) -> None:
 def test_dynaspecs_defaults_not_transformers_fallbacks(target: Any) -> None:
     """No max_length=20, no top_k=50: greedy, 128 new tokens."""
     settings = resolve_settings({"do_sample": True}, target, None, input_length=3, seed=1)
-    assert settings.sampling == SamplingConfig(do_sample=True, seed=1)
+    assert settings.sampling == SamplingConfig(do_sample=True, seed=1, seed_mode="keyed")
     assert settings.limits.max_new_tokens == 128
 
 

@@ -69,7 +69,7 @@ def generate(
 
     The output is exactly the target's own: greedy output equals `target.generate(input_ids,
     ...)` with the same settings token for token, and sampled output follows the target's
-    processed distribution (speculative sampling). `draft=None`: the target alone, same code.
+    processed distribution (speculative sampling; a seed fixes it: docs/usage.md, "Seeds").
 
     `kwargs` are transformers' generation keywords with transformers' meaning (listed in
     `GenerationKwargs`: max_new_tokens, do_sample, temperature, top_k, top_p, min_p,
@@ -105,15 +105,8 @@ def generate(
         target, draft, prompt, attention_mask, (tokenizer, assistant_tokenizer)
     )
     input_length = 1 if target_adapter.is_encoder_decoder else prompt.shape[1]
-    settings = resolve_settings(
-        kwargs,
-        target,
-        generation_config,
-        input_length,
-        seed,
-        target_adapter.vocab_size,
-        seed_mode,
-    )
+    settings = resolve_settings(kwargs, target, generation_config, input_length, seed,
+                                target_adapter.vocab_size, seed_mode)  # fmt: skip
     lookup = lookup_config(prompt_lookup_num_tokens, max_matching_ngram_size, spec)
     method = _check_settings(target_adapter, draft_adapter, texts, prompt, settings,
                              cross_tokenizer)  # fmt: skip

@@ -96,7 +96,8 @@ def resolve_settings(
     values = check_keyword_types(values, _TYPES, origin)
     check_token_keywords(values, origin, vocab_size)
     _refuse(values, origin)
-    sampling = SamplingConfig(seed=seed, seed_mode=seed_mode, **_record("sampling", values))
+    mode = {} if seed is None else {"seed_mode": seed_mode}  # without a seed it means nothing
+    sampling = SamplingConfig(seed=seed, **mode, **_record("sampling", values))
     limits = LimitsConfig(
         max_new_tokens=_max_new_tokens(values, input_length),
         eos_token_ids=eos_ids(_eos(values, base, checkpoint), None),
