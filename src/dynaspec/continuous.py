@@ -23,7 +23,7 @@ Not thread-safe: one thread (serve/'s engine thread) owns a ContinuousBatch.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from dynaspec.core.protocols import BatchPolicy
 from dynaspec.core.round import Round
 from dynaspec.core.row import Row
 from dynaspec.drafters import lookup_config
-from dynaspec.drafters.batch import BatchDrafter
+from dynaspec.drafters.batch import DRAFT_SOURCES, BatchDrafter
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
 from dynaspec.errors import InputError
 
@@ -63,6 +63,7 @@ class Joining:
     target_cache: Any = None  # the target's cache of them (None: none yet)
     seconds: float = 0.0  # the target's prefill so far
     scope: str | None = None  # the suffix cache's scope it reads (None: the default)
+    sources: Collection[str] | None = None  # the draft sources it may use (None: all)
 
     @property
     def ready(self) -> bool:
@@ -108,7 +109,8 @@ class ContinuousBatch:
         self.texts, self.method = texts, method
         # prompt lookup never copies past the target's EOS ids
         eos = eos_ids(None, target)
-        suffix = None if suffix_cache is None or texts else suffix_cache.scope(DEFAULT_SCOPE)
+        self.suffix_cache = None if texts else suffix_cache  # (not with another vocabulary)
+        suffix = None if self.suffix_cache is None else self.suffix_cache.scope(DEFAULT_SCOPE)
         sources = DraftSources(draft, draft_batch, lookup, texts, method, suffix)
         self.drafter = sources.drafter(self.target.vocab_size, eos)
         shared = shares_forwards(self.target, self.drafter)
@@ -143,12 +145,39 @@ class ContinuousBatch:
         return new_row(ids[None], 0, settings, criteria)
 
     def joining(
-        self, row: Row, prompt: Sequence[int] | torch.Tensor, scope: str | None = None
+        self,
+        row: Row,
+        prompt: Sequence[int] | torch.Tensor,
+        scope: str | None = None,
+        sources: Collection[str] | None = None,
     ) -> Joining:
         """`row` (from make_row) on its way in: its prompt is prefilled by `prefill`, in
         chunks between rounds if need be, then `join` adds it. It reads and adds to the
-        suffix cache's `scope` (None: the default one)."""
-        return Joining(row, torch.as_tensor(prompt, dtype=torch.long).reshape(-1), scope=scope)
+        suffix cache's `scope` (None: the default one) and drafts from `sources` only
+        ("model", "lookup", "suffix"; None: all the batch has; empty: none). A row that
+        samples with a seed does not read the suffix cache: the seed repeats its text only
+        over the same drafts, and the cache's text changes between requests."""
+        self.check_sources(sources)
+        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+        sampling = row.sampler.config
+        if sampling.do_sample and sampling.seed is not None and self.suffix_cache is not None:
+            # a seed repeats a text only over the same drafts, and the cache's change
+            sources = set(DRAFT_SOURCES if sources is None else sources) - {"suffix"}
+        return Joining(row, ids, scope=scope, sources=sources)
+
+    def check_sources(self, sources: Collection[str] | None) -> None:
+        """InputError unless a row may be limited to `sources` (None: all, always)."""
+        unknown = set(sources or ()) - set(DRAFT_SOURCES)
+        if unknown:
+            raise InputError(
+                f"unknown draft sources {sorted(unknown)}: name some of {list(DRAFT_SOURCES)}"
+            )
+        drafter = self.drafter
+        if sources is not None and drafter is not None and not isinstance(drafter, BatchDrafter):
+            raise InputError(
+                "a draft of another vocabulary drafts from every source: leave the draft "
+                "sources out"
+            )
 
     def prefill(self, joining: Joining, max_tokens: int | None = None) -> bool:
         """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) in
@@ -179,7 +208,7 @@ class ContinuousBatch:
         with torch.inference_mode():
             self.target.join(ids, joining.target_cache)
             if isinstance(self.drafter, BatchDrafter):
-                self.drafter.join(ids, joining.scope)
+                self.drafter.join(ids, joining.scope, joining.sources)
             elif self.drafter is not None:
                 self.drafter.join(ids)
         self.policy.join(joining.done, joining.seconds)

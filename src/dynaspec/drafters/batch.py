@@ -11,7 +11,7 @@ processed and stopped by its own sampler and stopper.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -27,6 +27,9 @@ from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, c
 from dynaspec.drafters.rows import RowStopper
 from dynaspec.drafters.suffix import offer_suffix
 from dynaspec.drafters.suffix_cache import SuffixScope
+
+DRAFT_SOURCES = ("model", "lookup", "suffix")  # what a row may be limited to (`join`)
+ALL_SOURCES = frozenset(DRAFT_SOURCES)
 
 
 @dataclass
@@ -106,6 +109,7 @@ class BatchDrafter:
         self.vocab_size = vocab_size
         self.suffix = suffix  # the cache, and the scope of rows that join without one
         self.scopes: list[SuffixScope | None] = []  # per row: the scope it reads
+        self.allowed: list[frozenset[str]] = []  # per row: the DRAFT_SOURCES it may use
         self.eos = frozenset(eos_token_ids)
 
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
@@ -114,23 +118,32 @@ class BatchDrafter:
         if self.lookup is not None:
             self.lookup.begin(input_ids)
         self.scopes = [self.suffix] * input_ids.shape[0]
+        self.allowed = [ALL_SOURCES] * input_ids.shape[0]
 
-    def join(self, prompt: torch.Tensor, scope: str | None = None) -> None:
+    def join(
+        self,
+        prompt: torch.Tensor,
+        scope: str | None = None,
+        sources: Collection[str] | None = None,
+    ) -> None:
         """A row joins the batch with `prompt` (n,) (continuous batching), reading the suffix
-        cache's `scope` (None: the drafter's). The draft model caches none of it now: the row
-        is a lagging row whose catch-up (its whole prompt) the policy starts when the tokens
-        it saves repay it (policies/batch_adaptive.py), as for the rows of a fixed batch, so
-        a joining request's first token never waits for it."""
+        cache's `scope` (None: the drafter's) and drafting from `sources` only (of
+        DRAFT_SOURCES; None: all there are; empty: none, the target alone). The draft model
+        caches none of it now: the row is a lagging row whose catch-up (its whole prompt) the
+        policy starts when the tokens it saves repay it (policies/batch_adaptive.py), as for
+        the rows of a fixed batch, so a joining request's first token never waits for it."""
         if self.model is not None:
             self.model.join(prompt[-1:])  # a one-token prompt: nothing cached
         suffix = self.suffix
         self.scopes.append(suffix if suffix is None or scope is None else suffix.cache.scope(scope))
+        self.allowed.append(ALL_SOURCES if sources is None else frozenset(sources))
 
     def leave(self, keep: Sequence[int]) -> None:
         """Only the rows `keep` go on, in that order."""
         if self.model is not None:
             self.model.leave(keep)
         self.scopes = [self.scopes[row] for row in keep]
+        self.allowed = [self.allowed[row] for row in keep]
 
     def remember(self, row: int, tokens: torch.Tensor) -> None:
         """Adds row `row`'s text (its prompt and output, no padding) to its suffix scope."""
@@ -141,14 +154,16 @@ class BatchDrafter:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
         are left padding (never searched by prompt lookup). A batch of one row offers what
         generate()'s hybrid offers: the draft model may check a copy (`checks`)."""
-        catchup = None if self.model is None else tokens.numel() - self.model.num_cached[row]
-        started = self.model is not None and self.model.num_cached[row] > 0
-        checks = self.model is not None and len(self.model.num_cached) == 1
+        allowed = self.allowed[row] if row < len(self.allowed) else ALL_SOURCES
+        model = self.model if "model" in allowed else None
+        catchup = None if model is None else tokens.numel() - model.num_cached[row]
+        started = model is not None and model.num_cached[row] > 0
+        checks = model is not None and len(model.num_cached) == 1
         options = DraftOptions(catchup, started=started, checks=checks)
-        if self.lookup is not None:
+        if self.lookup is not None and "lookup" in allowed:
             found = self.lookup.offer(tokens[pads:])
             options = replace(found, catchup=catchup, started=started, checks=checks)
-        scope = self.scopes[row] if row < len(self.scopes) else None
+        scope = self.scopes[row] if row < len(self.scopes) and "suffix" in allowed else None
         return options if scope is None else offer_suffix(options, scope, tokens[pads:], self.eos)
 
     def propose(

@@ -27,6 +27,7 @@ from dynaspec.serve.config import ServeConfig
 from dynaspec.serve.engine import Delta, Engine, Event, Failed, Finished, Job, QueueFull
 from dynaspec.serve.limits import BodyLimit
 from dynaspec.serve.prompts import Prompter
+from dynaspec.serve.sources import scope_of
 from dynaspec.serve.text import TextStream
 
 OPEN = ("/health",)  # the only path served without the API key
@@ -100,6 +101,9 @@ async def _complete(request: Request, body: Any, chat: bool) -> Response:
     engine, config, prompter = state.engine, state.config, state.prompter
     try:
         job, events = _job(body, chat, engine, config, prompter)
+        job.scope = scope_of(config.suffix_scope, request.headers.get("authorization"), body.user)
+        if body.draft_sources is not None:
+            job.sources = frozenset(body.draft_sources)
         engine.submit(job)
     except QueueFull as full:
         raise protocol.ServeError(
@@ -142,6 +146,7 @@ def _job(
     new = config.max_new_tokens(len(prompt), body.wanted_tokens(), engine.batch.max_length)
     try:
         row = engine.batch.make_row(prompt, body.generation_keywords(new))
+        engine.batch.check_sources(body.draft_sources)
     except DynaspecError as error:
         raise protocol.ServeError(400, str(error)) from None
     loop = asyncio.get_running_loop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from dynaspec.models.arguments import (
     load_named_from_arguments,
 )
 from dynaspec.policies import SCHEDULES
+from dynaspec.serve.config import SCOPES
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")  # the `serve` extra
@@ -82,6 +84,22 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("DYNASPEC_API_KEY"),
         help="require 'Authorization: Bearer KEY' on every endpoint but /health "
         "(default: $DYNASPEC_API_KEY; none: no key)",
+    )
+    p.add_argument(
+        "--suffix-cache",
+        type=float_in(0.0, math.inf),
+        default=64.0,
+        metavar="MB",
+        help="memory of the suffix cache, which drafts from the text of earlier requests "
+        "(least recently used scopes go first); 0 turns it off (default 64)",
+    )
+    p.add_argument(
+        "--suffix-scope",
+        choices=SCOPES,
+        default="key",
+        help="whose earlier text a request drafts from: the API key it presents (key, the "
+        "default), that key and the request's `user` field (user), or every request's "
+        "(shared): a draft's speed tells a client what others wrote (docs/serve.md)",
     )
     p.add_argument("--served-model-name", help="the model name clients send (default: the pair)")
     p.add_argument("--default-max-tokens", type=int_at_least(1), default=256)
@@ -162,6 +180,8 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         default_max_tokens=args.default_max_tokens,
         max_tokens_limit=args.max_tokens_limit,
+        suffix_cache_mb=args.suffix_cache,
+        suffix_scope=args.suffix_scope,
     )
     choice = apply_fast_choice(args)  # --fast auto: chosen for this machine
     if choice is not None:

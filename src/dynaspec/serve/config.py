@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from dynaspec.serve.protocol import ServeError
 
+SCOPES = ("key", "user", "shared")  # --suffix-scope (serve/sources.py)
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -22,6 +24,9 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20  # larger request bodies: 413
     default_max_tokens: int = 256  # max_tokens when a request leaves it out
     max_tokens_limit: int = 4096  # the most max_tokens a request may ask for
+    suffix_cache_mb: float = 64.0  # the suffix cache's memory (estimated; 0: no cache)
+    suffix_scope: str = "key"  # whose text a request drafts from: "key" (the API key it
+    #                            presents), "user" (and its `user` field), "shared" (all)
 
     def max_new_tokens(self, prompt_tokens: int, wanted: int | None, context: int | None) -> int:
         """The request's new tokens: what it asked for, within the limits and the context;

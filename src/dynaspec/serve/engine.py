@@ -25,6 +25,7 @@ from dynaspec.continuous import ContinuousBatch, Joining
 from dynaspec.core.round import Round
 from dynaspec.core.row import Row
 from dynaspec.serve.metrics import Metrics
+from dynaspec.serve.sources import source_counts
 from dynaspec.serve.text import TextStream
 
 log = logging.getLogger("dynaspec.serve")
@@ -78,6 +79,8 @@ class Job:
     first_token_s: float | None = None  # from arrival
     cancelled: bool = False  # set by the handler when its client went away
     sent_tokens: int = 0  # new tokens handed to `text`
+    scope: str | None = None  # the suffix cache's scope it reads and adds to (serve/sources.py)
+    sources: frozenset[str] | None = None  # the draft sources it may use (None: all)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -182,7 +185,8 @@ class Engine:
                 if job.cancelled:
                     continue
                 job.row.streamer = JobStream(job, self.metrics.ttft)
-                self.joining = (job, self.batch.joining(job.row, job.prompt))
+                joining = self.batch.joining(job.row, job.prompt, job.scope, job.sources)
+                self.joining = (job, joining)
             if not self._prefill(*self.joining):
                 break  # the rows generate a round before the next chunk
         self.metrics.batch_size.set(len(self.jobs))
@@ -226,6 +230,8 @@ class Engine:
         for row in self.batch.leave(self._gone):
             self._finish(self.jobs.pop(id(row)))
         self.metrics.batch_size.set(len(self.jobs))
+        if self.batch.suffix_cache is not None:
+            self.metrics.suffix_cache_bytes.set(self.batch.suffix_cache.nbytes())
 
     def _count(self, records: list[Round | None]) -> None:
         done = [record for record in records if record is not None]
@@ -235,6 +241,7 @@ class Engine:
             sum(r.num_copied for r in done),
             sum(r.num_emitted for r in done),
         )
+        self.metrics.sources(source_counts(done))
 
     def _gone(self, row: Row) -> bool:
         job = self.jobs[id(row)]
@@ -269,6 +276,7 @@ def _stats(job: Job, seconds: float) -> dict[str, Any]:
         "accepted_tokens": summary.num_accepted,
         "copied_tokens": summary.num_copied,
         "acceptance_rate": summary.acceptance_rate if summary.num_drafted else None,
+        "sources": source_counts(job.row.stats.rounds),
         "time_to_first_token_s": job.first_token_s,
         "seconds": seconds,
         "tokens_per_second": produced / seconds if seconds > 0 else None,

@@ -8,6 +8,8 @@ registry, so two servers in one process (tests) do not share counts.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -61,6 +63,29 @@ class Metrics:
         self.queue_length = Gauge(
             "dynaspec_queue_length", "Requests waiting for a place in the batch", registry=reg
         )
+        self.source_rounds = Counter(
+            "dynaspec_source_rounds",
+            "Rows' rounds that drafted from a source (lookup, suffix, model)",
+            ["source"],
+            registry=reg,
+        )
+        self.source_drafted = Counter(
+            "dynaspec_source_drafted_tokens",
+            "Tokens drafted, by source (lookup, suffix: copied; model)",
+            ["source"],
+            registry=reg,
+        )
+        self.source_accepted = Counter(
+            "dynaspec_source_accepted_tokens",
+            "Drafted tokens the target kept, by source",
+            ["source"],
+            registry=reg,
+        )
+        self.suffix_cache_bytes = Gauge(
+            "dynaspec_suffix_cache_bytes",
+            "The suffix cache's memory, estimated from what it stores",
+            registry=reg,
+        )
         self._sums = [0, 0]  # drafted, accepted: for the acceptance rate
 
     def round(self, drafted: int, accepted: int, copied: int, emitted: int) -> None:
@@ -74,6 +99,13 @@ class Metrics:
         self._sums[1] += accepted
         if self._sums[0]:
             self.acceptance.set(self._sums[1] / self._sums[0])
+
+    def sources(self, counts: dict[str, dict[str, Any]]) -> None:
+        """One batch round's rows, per draft source (serve/sources.source_counts)."""
+        for name, entry in counts.items():
+            self.source_rounds.labels(name).inc(entry["rounds"])
+            self.source_drafted.labels(name).inc(entry["drafted"])
+            self.source_accepted.labels(name).inc(entry["accepted"])
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -85,6 +85,10 @@ class _Common(BaseModel):
     stream_options: StreamOptions | None = None
     # vLLM's extension: the prompt's and the completion's token ids in the response
     return_token_ids: bool = False
+    # dynaspec's: the draft sources this request may use (None: all the server has; []:
+    # none, the target alone); the output is the target's either way
+    draft_sources: list[Literal["model", "lookup", "suffix"]] | None = None
+    user: str | None = None  # OpenAI's end-user id: the suffix cache's scope under "user"
 
     @field_validator("stop")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any
 
 from dynaspec.continuous import ContinuousBatch
 from dynaspec.core.config import SpecConfig
+from dynaspec.drafters.suffix_cache import SuffixCache
 from dynaspec.serve.config import ServeConfig
 from dynaspec.serve.engine import Engine
 from dynaspec.serve.metrics import Metrics
@@ -46,6 +47,7 @@ def build_app(
         tokenizer=tokenizer if draft_tokenizer is not None else None,
         assistant_tokenizer=draft_tokenizer,
         cross_tokenizer=cross_tokenizer,
+        suffix_cache=SuffixCache(config.suffix_cache_mb) if config.suffix_cache_mb > 0 else None,
     )
     engine = Engine(batch, Metrics(), config.max_batch, config.max_queue, config.prefill_chunk)
     app = create_app(engine, Prompter(tokenizer), config)
