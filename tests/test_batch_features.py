@@ -198,3 +198,33 @@ def test_the_continuous_batch_takes_a_sliding_window_model() -> None:
     rows = [[5, 6, 7, 8, 9, 10, 11], [12, 3]]
     streamers = served(ContinuousBatch(target, draft), rows)
     assert [s.tokens for s in streamers] == [alone(target, None, row) for row in rows]
+
+
+def test_a_lone_row_takes_the_single_adapters_path_bit_for_bit() -> None:
+    """A running batch with one row and no holes (a request alone in the server) feeds
+    transformers as the single adapter does: the same logits, bit for bit."""
+    from dynaspec.backends.hf import HFAdapter
+    from dynaspec.backends.hf_batch import HFBatchAdapter
+
+    model = tiny_model("llama")
+    batch, single = HFBatchAdapter(model), HFAdapter(model)
+    prompt = torch.tensor([5, 6, 7, 8])
+    batch.join(prompt)  # its first three tokens prefilled
+    single.begin(prompt[None])
+    single.forward(prompt[:-1], 1)
+    masks = []
+    forward = model.forward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        masks.append(kwargs.get("attention_mask"))
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    for feed in ([8], [9, 10, 11], [12]):
+        ids = torch.tensor(feed)
+        got = batch.forward([ids], [len(feed)])[0]
+        assert torch.equal(got, single.forward(ids, len(feed)))
+    assert masks == [None] * 6  # three forwards each, none given a mask
+    batch.join(torch.tensor([3, 4]))  # a second row: masks again
+    batch.forward([torch.tensor([13]), torch.tensor([4])], [1, 1])
+    assert masks[-1] is not None

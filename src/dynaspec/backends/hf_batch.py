@@ -104,7 +104,12 @@ class HFBatchAdapter:
         kwargs: dict[str, Any] = {self._cache_kwarg: self.cache, "use_cache": True}
         if self._supports_logits_to_keep:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        if len(new_tokens) == 1 and bool(mask.all()):
+            # one row without holes (a request alone in the server): transformers' own
+            # causal path, as the single adapter (backends/hf.py) takes it
+            out = self.model(input_ids=ids, **kwargs)
+        else:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
         self.cache = _cache_of(out)
         if not hasattr(self.cache, "crop"):
             raise UnsupportedModelError(
