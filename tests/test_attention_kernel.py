@@ -111,13 +111,22 @@ def _counting(monkeypatch) -> list[int]:
 def test_the_decoder_uses_it_for_a_few_bf16_queries_only(monkeypatch):
     calls = _counting(monkeypatch)
     target, _ = bf16_llama_pair()
-    adapter = make_fast(target, static=True)
+    packed = make_fast(target, static=True)
+    packed.decoder.row_invariant = False  # oneDNN's layers: the fastest attention per call
     prompt = torch.randint(0, 128, (1, 20))
-    adapter.begin(prompt, max_length=64)
-    adapter.forward(prompt[0], 20)  # 20 queries: grouped_attention
+    packed.begin(prompt, max_length=64)
+    packed.forward(prompt[0], 20)  # 20 queries: grouped_attention
     assert calls == []
-    adapter.forward(torch.tensor([5, 6, 7]), 3)
-    assert calls == [3] * len(adapter.decoder.blocks)
+    packed.forward(torch.tensor([5, 6, 7]), 3)
+    assert calls == [3] * len(packed.decoder.blocks)
+    calls.clear()
+    # bit-exact (bf16 layers on dynaspec's kernels): every query past the prompt's prefill
+    exact = make_fast(target, static=True)
+    assert exact.bit_exact
+    exact.begin(prompt, max_length=64)
+    exact.forward(torch.cat([prompt[0], torch.arange(9)]), 10)  # 19 prefill, grouped; 10
+    exact.forward(torch.arange(9), 9)
+    assert calls == [10] * len(exact.decoder.blocks) + [9] * len(exact.decoder.blocks)
     calls.clear()
     float32 = make_fast(bf16_llama_pair()[0].float(), static=True)
     float32.begin(prompt, max_length=64)
@@ -133,6 +142,7 @@ def test_the_kernel_and_grouped_attention_give_close_logits(monkeypatch):
     for queries in (decoder.KERNEL_QUERIES, 0):  # 0: grouped_attention everywhere
         monkeypatch.setattr(decoder, "KERNEL_QUERIES", queries)
         adapter = make_fast(target, static=True)
+        adapter.decoder.row_invariant = bool(queries)  # bit-exact: the kernel past the prefill
         adapter.begin(prompt, max_length=64)
         adapter.forward(prompt[0], 12)
         logits[queries] = torch.stack([adapter.forward(torch.tensor([t]), 1)[0] for t in (9, 4)])

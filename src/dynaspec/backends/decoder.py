@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from dynaspec.backends.kernels.attention import KERNEL as ATTENTION
 from dynaspec.backends.pages import clean_file_mappings, trim_heap
-from dynaspec.backends.quant import quantize_linear, release_replaced
+from dynaspec.backends.quant import quantize_linear, release_replaced, row_invariant
 from dynaspec.errors import UnsupportedModelError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
@@ -103,6 +103,20 @@ class Packing:
         return flat.view(self.rows, self.width, features)
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """A bit-exact forward of one sequence (bf16): its first `queries` fed tokens are the
+    prompt's prefill (all of the prompt but its last token), the same in every forward that
+    feeds them, so they attend the fastest way over the `slots` a forward of them alone
+    attends; every other query attends on kernels/attention.py, whose result depends on its own
+    query, mask row and cache alone. So a token's attention is bitwise the same whether it
+    is fed alone (a step of the target alone) or among drafted tokens (a verification),
+    even in the first forward, which feeds the prompt with them."""
+
+    queries: int  # leading fed tokens that are the prompt's prefill (0: none)
+    slots: int  # slots they attend: what a forward of them alone attends
+
+
 class StaticAttention(nn.Module):
     """Self-attention that writes into and reads from preallocated (B, kv_heads, L, d) caches."""
 
@@ -127,6 +141,7 @@ class StaticAttention(nn.Module):
         key_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
         value_cache: torch.Tensor,  # (B, kv_heads, L, d), written in place
         packing: Packing | None = None,  # x is (1, N, H): the block's cells with a token
+        prefill: Prefill | None = None,  # a bit-exact forward of one sequence
     ) -> torch.Tensor:
         query, key, value = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if packing is not None:
@@ -147,7 +162,7 @@ class StaticAttention(nn.Module):
         if packing is not None and packing.sizes:
             ragged = ragged_attention(query, key_cache, value_cache, mask, packing, self.scaling)
             return self.o_proj(ragged)
-        merged = attention(query, key_cache, value_cache, mask, self.scaling)  # (B, n, F)
+        merged = attention(query, key_cache, value_cache, mask, self.scaling, prefill)  # (B, n, F)
         return self.o_proj(merged if packing is None else packing.pack(merged))
 
 
@@ -157,18 +172,48 @@ def attention(
     value_cache: torch.Tensor,  # (B, kv_heads, L, d)
     mask: torch.Tensor,  # (B, n, A) bool
     scaling: float,
+    prefill: Prefill | None = None,
 ) -> torch.Tensor:
     """(B, n, heads * d): each token's attention, heads merged; by kernels/attention.py for a few
     queries over contiguous bf16 caches where it runs (not inside torch.compile: a C call
-    would break the graph), else by grouped_attention."""
-    rows, heads, n, dim = query.shape
-    if (
-        rows * n <= KERNEL_QUERIES
-        and not torch.compiler.is_compiling()
+    would break the graph), else by grouped_attention. With `prefill` (one sequence) and
+    where the kernel runs: its prefill's queries so, over its slots, and every other query
+    on the kernel (bit-exact: see Prefill)."""
+    if prefill is None or not _kernel_runs(query, key_cache, value_cache):
+        return _fastest(query, key_cache, value_cache, mask, scaling)
+    done = prefill.queries
+    parts = []
+    if done:
+        early = mask[:, :done, : prefill.slots]
+        parts.append(_fastest(query[:, :, :done], key_cache, value_cache, early, scaling))
+    if done < query.shape[2]:
+        late = query[:, :, done:]
+        parts.append(ATTENTION.attend(late, key_cache, value_cache, mask[:, done:], scaling))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def _kernel_runs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
+    """Whether kernels/attention.py can attend these queries over these caches here."""
+    _, heads, _, dim = query.shape
+    return (
+        not torch.compiler.is_compiling()
         and key_cache.is_contiguous()
         and value_cache.is_contiguous()
         and ATTENTION.supports(key_cache.dtype, heads, key_cache.shape[1], dim)
-    ):
+    )
+
+
+def _fastest(
+    query: torch.Tensor,  # (B, heads, n, d)
+    key_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    value_cache: torch.Tensor,  # (B, kv_heads, L, d)
+    mask: torch.Tensor,  # (B, n, A) bool
+    scaling: float,
+) -> torch.Tensor:
+    """(B, n, heads * d) by the faster of the two for these queries: kernels/attention.py up to
+    KERNEL_QUERIES (rows x tokens), grouped_attention beyond."""
+    rows, heads, n, dim = query.shape
+    if rows * n <= KERNEL_QUERIES and _kernel_runs(query, key_cache, value_cache):
         return ATTENTION.attend(query, key_cache, value_cache, mask, scaling)
     out = grouped_attention(query, key_cache, value_cache, mask, scaling)
     return out.transpose(1, 2).reshape(rows, n, heads * dim)
@@ -252,9 +297,11 @@ class StaticBlock(nn.Module):
         key_cache: torch.Tensor,
         value_cache: torch.Tensor,
         packing: Packing | None = None,
+        prefill: Prefill | None = None,
     ) -> torch.Tensor:
+        normed = self.input_layernorm(x)
         attended = self.self_attn(
-            self.input_layernorm(x), cos, sin, mask, positions, key_cache, value_cache, packing
+            normed, cos, sin, mask, positions, key_cache, value_cache, packing, prefill
         )
         x = x + attended
         normed = self.post_attention_layernorm(x)
@@ -302,6 +349,7 @@ class StaticDecoder(nn.Module):
         base = model.model
 
         mappings = clean_file_mappings() if release else ()
+        built: list[nn.Module] = []
 
         def linear(layer: nn.Module) -> nn.Module:
             made = quantize_linear(
@@ -314,6 +362,7 @@ class StaticDecoder(nn.Module):
             if release:
                 release_replaced(layer, made, mappings)
                 trim_heap()
+            built.append(made)
             return made
 
         self.embed_tokens = base.embed_tokens
@@ -329,6 +378,11 @@ class StaticDecoder(nn.Module):
         self.head_dim = first.head_dim
         self.dtype = self.embed_tokens.weight.dtype
         self.device = self.embed_tokens.weight.device
+        # Whether every linear layer (the head included) computes each row bitwise the same
+        # whatever the row count, and so does attention past a prompt's prefill (bf16)
+        self.row_invariant = all(row_invariant(layer) for layer in built) and (
+            ATTENTION.supports(self.dtype, first.num_heads, self.num_kv_heads, self.head_dim)
+        )
 
     def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin), each (length, d), for positions 0..length-1 (transformers' rotary)."""
@@ -356,19 +410,21 @@ class StaticDecoder(nn.Module):
         cache: list[torch.Tensor],
         block_fn: Callable[..., torch.Tensor] = run_block,
         packing: Packing | None = None,
+        prefill: Prefill | None = None,
     ) -> torch.Tensor:
         """Final-norm hidden states (B, n, H) of the fed tokens, or (1, N, H) of the cells
         `packing` names; writes their keys and values.
 
-        `block_fn` runs one block: `run_block`, or a compiled version of it (not packed)."""
+        `block_fn` runs one block: `run_block`, or a compiled version of it (neither packed
+        nor bit-exact); `prefill`: a bit-exact forward of one sequence (Prefill)."""
         x = self.embed_tokens(input_ids)  # (B, n, H)
         cos, sin = cos[positions], sin[positions]  # (B, n, d)
         if packing is not None:
             x = packing.pack(x)  # (1, N, H)
         for index, block in enumerate(self.blocks):
             keys, values = cache[2 * index], cache[2 * index + 1]
-            if packing is None:
+            if packing is None and prefill is None:
                 x = block_fn(block, x, cos, sin, mask, positions, keys, values)
             else:
-                x = block(x, cos, sin, mask, positions, keys, values, packing)
+                x = block(x, cos, sin, mask, positions, keys, values, packing, prefill)
         return self.norm(x)

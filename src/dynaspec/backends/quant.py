@@ -71,7 +71,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dynaspec.backends import int4_cache
+from dynaspec.backends import exact_linear, int4_cache
+from dynaspec.backends.exact_linear import BitExactLinear
 from dynaspec.backends.kernels.base import MatmulKernel
 from dynaspec.backends.kernels.registry import matmul_kernel
 from dynaspec.backends.pages import FileMapping, drop_pages
@@ -274,7 +275,8 @@ def quantize_linear(
 ) -> nn.Module:
     """A layer computing `linear` from new weights (the original is never changed).
 
-    mode None: `linear` itself, or a prepacked copy (`prepack`, bf16 on CPU). "int8": a
+    mode None: `linear` itself, or with `prepack` a copy: bf16 on dynaspec's row-invariant
+    kernel where it runs (backends/exact_linear.py), else prepacked for oneDNN. "int8": a
     quantized copy; `dense_batches` keeps int8 codes for forwards over many tokens.
     "w8a8": the int8 codes, with activations quantized per token and group on the int8 x
     int8 kernel (backends/kernels/w8a8.py; a model whose outputs are its own). "w4a8": the
@@ -283,6 +285,8 @@ def quantize_linear(
     draft's: its precision changes how often its tokens are accepted, never the output).
     """
     if mode is None:
+        if prepack and exact_linear.fits(linear):  # bf16: rows bitwise the same for any count
+            return BitExactLinear(linear)
         return PackedLinear(linear) if prepack and can_prepack(linear.weight) else linear
     weight = linear.weight.detach()
     if weight.device.type != "cpu":
@@ -300,6 +304,16 @@ def quantize_linear(
             return Int8Linear(weight, linear.bias, kernel=_integer_kernel("w8a8", weight))
         return four
     raise ConfigError(f"unknown quantize {mode!r}: use one of {QUANTIZE_MODES}, or None")
+
+
+def row_invariant(layer: nn.Module) -> bool:
+    """Whether a layer `quantize_linear` made computes each row bitwise the same whatever
+    the number of rows it runs with: on one of dynaspec's kernels (the bf16 one, each int8
+    and 4-bit one), whose sums run in a fixed order per row; not oneDNN's, MKL's or torch's
+    int8 products, whose order may depend on the row count."""
+    if isinstance(layer, BitExactLinear):
+        return True
+    return isinstance(layer, (Int8Linear, Int4Linear)) and layer.kernel is not None
 
 
 def _fitting(

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from dynaspec.backends import token_step
-from dynaspec.backends.decoder import StaticDecoder, check_supported, run_block
+from dynaspec.backends.decoder import Prefill, StaticDecoder, check_supported, run_block
 from dynaspec.backends.gemm_rows import padded
 from dynaspec.backends.graphs import GraphForwards, bucket_for
 from dynaspec.backends.quant import QUANTIZE_MODES, storage_of
@@ -167,6 +167,7 @@ class StaticAdapter:
         self.device = self.decoder.device
         self.dtype = self.decoder.dtype  # activations, logits and the KV cache
         self.num_cached = 0
+        self._prompt_end = 0  # slots of the prompt but its last token: its prefill
         self.compile_time_s = 0.0  # seconds spent compiling so far (first call per bucket)
         self._cache: list[torch.Tensor] = []
         self._capacity = 0
@@ -229,6 +230,7 @@ class StaticAdapter:
         """Reset the position; make sure the cache holds `max_length` tokens (default: the
         prompt + 256, grown by reallocating when exceeded)."""
         self.num_cached = 0
+        self._prompt_end = input_ids.shape[1] - 1
         needed = max_length if max_length is not None else input_ids.shape[1] + CAPACITY_STEP
         self._reserve(needed)
         return input_ids[0].to(self.device)
@@ -263,10 +265,28 @@ class StaticAdapter:
         mask = causal_mask(positions, used, self._capacity)  # (1, b, A)
         if bucket == 1 and self._step is not None:
             hidden = self._step(ids[0], start, self._cos, self._sin, self._cache, mask)
+        elif self.bit_exact:
+            prefill = self._prefill(start, n)
+            args = (ids, positions, mask, self._cos, self._sin, self._cache)
+            hidden = self.decoder.hidden(*args, prefill=prefill)[0]  # (b, H)
         else:
             hidden = self._run(bucket, n, ids, positions, mask)[0]  # (b, H)
         self.num_cached = start + n
         return self.decoder.lm_head(hidden[n - num_logits : n])  # (num_logits, V)
+
+    @property
+    def bit_exact(self) -> bool:
+        """Whether a fed token's logits are bitwise the same whatever else the forward feeds
+        (bf16, uncompiled: every linear layer on a row-invariant kernel, attention on
+        attention_kernel past the prompt's prefill; docs/fast-path.md, "Bit-exact")."""
+        exact_path = not self.fast.compile and self._step is None
+        return exact_path and self.dtype == torch.bfloat16 and self.decoder.row_invariant
+
+    def _prefill(self, start: int, n: int) -> Prefill:
+        """Which of the n tokens fed from slot `start` are the prompt's prefill, and the
+        slots a forward of them alone attends."""
+        queries = min(max(self._prompt_end - start, 0), n)
+        return Prefill(queries, min(round_up(start + queries, ATTEND_STEP), self._capacity))
 
     def _run(
         self, bucket: int, n: int, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dynaspec.backends.kernels import attention, int8, int8_bf16, w4a8, w8a8
+from dynaspec.backends.kernels import attention, bf16, int8, int8_bf16, w4a8, w8a8
 from dynaspec.backends.kernels.base import CompiledKernel, MatmulKernel
 
 # In the order `dynaspec models` lists them; for a mode and dtype, the first that serves it.
@@ -20,6 +20,7 @@ KERNELS: dict[str, CompiledKernel] = {
         w8a8.KERNEL,
         w4a8.KERNEL,
         attention.KERNEL,
+        bf16.KERNEL,
     )
 }
 
