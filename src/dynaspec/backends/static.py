@@ -278,7 +278,7 @@ class StaticAdapter:
     def bit_exact(self) -> bool:
         """Whether a fed token's logits are bitwise the same whatever else the forward feeds
         (bf16, uncompiled: every linear layer on a row-invariant kernel, attention on
-        attention_kernel past the prompt's prefill; docs/fast-path.md, "Bit-exact")."""
+        kernels/attention.py past the prompt's prefill; docs/design/fast-path.md)."""
         exact_path = not self.fast.compile and self._step is None
         return exact_path and self.dtype == torch.bfloat16 and self.decoder.row_invariant
 
