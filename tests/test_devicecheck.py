@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from dynaspec.backends.hf import HFAdapter
-from dynaspec.eval.devicecheck import compiled
+from dynaspec.eval.batch_projection import batch_rows, expected_tokens
+from dynaspec.eval.devicecheck import compiled, graphs
 from dynaspec.eval.devicecheck import run as devicecheck
 from dynaspec.eval.devicecheck.overhead import RunTiming, overhead
 from dynaspec.eval.devicecheck.shapes import DRY_RUN_PAIRS, GPU_PAIRS
+from dynaspec.eval.projection import read_pair_costs
 
 # Parameter counts of the published checkpoints (embedding and tied output counted once).
 PUBLISHED_PARAMETERS = {
@@ -103,7 +105,8 @@ def test_spent_budget_skips_the_pairs_and_still_writes(tmp_path: Path) -> None:
     args = _args("--out", str(tmp_path), "--budget-s", "1e-6", "--dry-run", "--skip-tests")
     assert devicecheck.run_devicecheck(args) == 0
     record = json.loads((tmp_path / devicecheck.JSON_NAME).read_text())
-    assert record["pairs"] == [] and len(record["skipped"]) == len(DRY_RUN_PAIRS)
+    assert not any({"graphs", "eager"} & set(pair["variants"]) for pair in record["pairs"])
+    assert len(record["skipped"]) == 2 * len(DRY_RUN_PAIRS)  # graphs and eager, each pair
     assert record["tests"]["outcome"] == "not run"
     markdown = (tmp_path / devicecheck.MARKDOWN_NAME).read_text()
     assert "## Skipped" in markdown and "time budget" in markdown
@@ -136,13 +139,74 @@ def test_compiled_phase_measures_the_first_pair_through_the_factory(
 def test_a_failing_pair_is_recorded_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(pair, settings, progress):  # noqa: ANN001, ANN202
+    def broken(pair, settings, progress, entry):  # noqa: ANN001, ANN202
         raise RuntimeError(f"CUDA out of memory building {pair.name}")
 
     monkeypatch.setattr(devicecheck, "check_pair", broken)
-    args = _args("--out", str(tmp_path), "--dry-run", "--skip-tests")
+    args = _args("--out", str(tmp_path), "--dry-run", "--skip-tests", "--skip-graphs")
     assert devicecheck.run_devicecheck(args) == 0
     record = json.loads((tmp_path / devicecheck.JSON_NAME).read_text())
     assert [pair["name"] for pair in record["pairs"]] == [p.name for p in DRY_RUN_PAIRS]
-    assert all("out of memory" in pair["error"] for pair in record["pairs"])
+    assert all("out of memory" in pair["variants"]["eager"]["error"] for pair in record["pairs"])
     assert "FAILED: RuntimeError" in (tmp_path / devicecheck.MARKDOWN_NAME).read_text()
+
+
+def test_graph_variant_of_a_tiny_pair_runs_on_cpu_through_the_seam(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(graphs, "BATCH_SIZES", (1, 4))
+    pair = next(p for p in DRY_RUN_PAIRS if "qwen2.5-1.5b" in p.name)
+    prompt = torch.randint(0, 500, (1, 12), generator=torch.Generator().manual_seed(0))
+    result = graphs.graph_variant(pair, prompt, _small_settings(), devicecheck.Progress(600.0))
+    assert not result["graphs_enabled"] and result["captured_graphs"] == 0  # CPU: no capture
+    assert result["buckets"] == [1, 2, 4]  # those within T(1..5)
+    verify_s = result["costs"]["verify_s"]
+    assert len(verify_s) == 5 and result["bucket_s"]["4"] == verify_s[3]
+    for method in ("dynaspec", "dynaspec_target_alone"):
+        assert result["overhead"][method]["per_round_s"] >= 0
+    batch = result["batch"]
+    assert batch["sizes"] == [1, 4] and batch["widths"] == list(graphs.BATCH_WIDTHS)
+    assert all(t > 0 for row in batch["verify_s"].values() for t in row.values())
+
+
+def test_graph_variant_skips_a_pair_without_a_static_path() -> None:
+    pair = next(p for p in DRY_RUN_PAIRS if "opt" in p.name)
+    result = graphs.graph_variant(pair, torch.zeros(1, 4, dtype=torch.long), None, None)
+    assert "no static path" in result["skipped"] and "OPT" in result["skipped"]
+
+
+def _batch(verify: dict[int, dict[int, float]], draft_s: float) -> dict:
+    return {
+        "sizes": sorted(verify),
+        "widths": sorted(next(iter(verify.values()))),
+        "verify_s": {str(b): {str(n): t for n, t in row.items()} for b, row in verify.items()},
+        "draft_step_s": {str(b): draft_s for b in verify},
+    }
+
+
+def test_batch_projection_speculates_only_where_it_pays() -> None:
+    assert expected_tokens(0.5, 2) == 1.75 and expected_tokens(0.0, 7) == 1.0
+    # batch 1: verification nearly free; batch 32: a token more per row costs a step more
+    batch = _batch(
+        {1: {1: 1.0, 2: 1.0, 4: 1.05, 8: 1.1}, 32: {1: 2.0, 2: 4.0, 4: 8.0, 8: 16.0}}, 0.1
+    )
+    small, large = batch_rows("pair", batch, acceptance=0.8)
+    assert small["best_k"] == 7 and small["adaptive_over_alone"] > 2  # 4.16 tokens in 1.8 s
+    assert small["alone_tok_s"] == 1.0
+    assert large["speculative_tok_s"] < large["alone_tok_s"] == 16.0
+    assert large["adaptive_tok_s"] == large["alone_tok_s"]  # it stands aside
+    nothing = batch_rows("pair", batch, acceptance=0.0)
+    assert all(row["adaptive_over_alone"] == 1.0 for row in nothing)
+
+
+def test_projection_reads_the_graph_variants_buckets_and_batches(tmp_path: Path) -> None:
+    costs = {"draft_token_s": 0.1, "verify_s": [1.0, 1.0, 1.0, 1.0, 1.2]}
+    batch = _batch({1: {1: 1.0, 2: 1.0}}, 0.1)
+    graphs_variant = {"costs": costs, "buckets": [1, 2, 4], "batch": batch}
+    pair = {"name": "p", "variants": {"graphs": graphs_variant, "eager": {"costs": costs}}}
+    path = tmp_path / "devicecheck.json"
+    path.write_text(json.dumps({"pairs": [pair]}))
+    (graphed,) = read_pair_costs(path, "graphs")
+    assert graphed.buckets == (1, 2, 4) and graphed.batch == batch
+    (eager,) = read_pair_costs(path, "eager")
+    assert eager.buckets == () and eager.batch is None

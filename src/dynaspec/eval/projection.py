@@ -26,11 +26,13 @@ from typing import Any
 
 from dynaspec.core.round import Round
 from dynaspec.errors import ConfigError, InputError
+from dynaspec.eval.batch_projection import batch_rows, render_batch_markdown, trace_acceptance
 from dynaspec.eval.cost_model import CostProfile, pooled_speedup
 from dynaspec.eval.oracle.methods import default_policy_specs, dynamic_name
 from dynaspec.eval.oracle.records import ORACLE, PromptRecord
 from dynaspec.eval.oracle.replay import ReplayText, replay
 from dynaspec.eval.provenance import command_line, git_state, library_versions
+from dynaspec.policies.adaptive import AdaptivePolicy
 
 LABEL = "projected: GPU costs, acceptance from the Qwen2.5-Coder 1.5B/0.5B traces measured on CPU"
 DEFAULT_RECORDS = Path("benchmarks/oracle/oracle_records.jsonl")
@@ -52,6 +54,8 @@ class PairCosts:
     name: str  # the devicecheck pair name, e.g. "qwen2.5-7b/0.5b"
     profile: CostProfile  # the projection's profile (see the module docstring)
     derivation: dict[str, float]  # the measured numbers the profile came from
+    buckets: tuple[int, ...] = ()  # widths the target's forwards were padded to (graphs)
+    batch: dict[str, Any] | None = None  # batch costs (eval/batch_projection.py), if measured
 
 
 def projection_profile(
@@ -103,7 +107,8 @@ def read_pair_costs(path: Path, variant: str = "eager") -> list[PairCosts]:
             # without overheads (compiled) takes the eager ones.
             overhead = data.get("overhead") or variants.get("eager", {}).get("overhead")
             profile, derivation = projection_profile(data["costs"], overhead)
-            result.append(PairCosts(pair["name"], profile, derivation))
+            buckets = tuple(int(b) for b in data.get("buckets", ()))
+            result.append(PairCosts(pair["name"], profile, derivation, buckets, data.get("batch")))
     if not result:
         raise InputError(f"--costs {path} has no pair with {variant} costs: nothing to project")
     return result
@@ -126,8 +131,10 @@ def project(records: Sequence[PromptRecord], pairs: Sequence[PairCosts]) -> list
     specs = {spec.name: spec for spec in default_policy_specs(static=(), thresholds=(0.4,))}
     texts = [ReplayText.of(record) for record in records]
 
-    def replays(method: str, profile: CostProfile | None) -> list[tuple[Round, ...]]:
-        make = specs[method].make
+    def replays(
+        method: str, profile: CostProfile | None, buckets: tuple[int, ...] = ()
+    ) -> list[tuple[Round, ...]]:
+        make = _with_buckets(specs[method].make, buckets)
         return [replay(r, make, profile, t) for r, t in zip(records, texts, strict=True)]
 
     # the policies that do not learn costs replay the same rounds under any costs
@@ -135,7 +142,7 @@ def project(records: Sequence[PromptRecord], pairs: Sequence[PairCosts]) -> list
     tasks = sorted({record.task for record in records})
     rows = []
     for pair in pairs:
-        adaptive = replays("adaptive", pair.profile)
+        adaptive = replays("adaptive", pair.profile, pair.buckets)
         decodes = fixed | {"adaptive": adaptive}
         for task in [*tasks, ALL_TASKS]:
             chosen = [i for i, r in enumerate(records) if task in (ALL_TASKS, r.task)]
@@ -145,6 +152,21 @@ def project(records: Sequence[PromptRecord], pairs: Sequence[PairCosts]) -> list
             }
             rows.append(_row(pair.name, task, len(chosen), speedups))
     return rows
+
+
+def _with_buckets(make: Any, buckets: tuple[int, ...]) -> Any:
+    """`make`, whose adaptive policies also know the target's buckets (a graphed target:
+    a verification costs its bucket's)."""
+    if not buckets:
+        return make
+
+    def build(reference: Any) -> Any:
+        policy = make(reference)
+        if isinstance(policy, AdaptivePolicy):
+            policy.expect_buckets(buckets)
+        return policy
+
+    return build
 
 
 def _pooled(
@@ -218,6 +240,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"{profile['draft_prefill_token_s'] * 1e3:.3f}",
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += render_batch_markdown(result.get("batch_rows", ()), result.get("batch_acceptance", 0))
     return "\n".join(lines) + "\n"
 
 
@@ -259,6 +282,11 @@ def run_project(args: argparse.Namespace) -> int:
         "git": git_state(),
         "rows": project(records, pairs),
     }
+    acceptance = trace_acceptance(records)
+    result["batch_acceptance"] = acceptance
+    result["batch_rows"] = [
+        row for pair in pairs if pair.batch for row in batch_rows(pair.name, pair.batch, acceptance)
+    ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "projection.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

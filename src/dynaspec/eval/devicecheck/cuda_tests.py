@@ -14,7 +14,13 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-CUDA_TEST_FILES = ("test_equality.py", "test_sampling.py", "test_devices.py", "test_processors.py")
+CUDA_TEST_FILES = (
+    "test_equality.py",
+    "test_sampling.py",
+    "test_devices.py",
+    "test_processors.py",
+    "test_graphs.py",
+)
 _SUMMARY = re.compile(r"\d+ (passed|failed|skipped|error|errors|deselected)\b")
 
 

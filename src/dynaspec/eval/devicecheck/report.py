@@ -33,6 +33,7 @@ def render_markdown(record: dict[str, Any]) -> str:
     lines += _tests_lines(record.get("tests"))
     lines += _cost_lines(record)
     lines += _overhead_lines(record)
+    lines += _graph_lines(record)
     if record["skipped"]:
         lines += ["## Skipped", ""] + [f"- {note}" for note in record["skipped"]] + [""]
     return "\n".join(lines)
@@ -128,3 +129,53 @@ def _overhead_lines(record: dict[str, Any]) -> list[str]:
                 f"{_ms(theirs['per_round_s'])} ms per round: {verdict}"
             )
     return lines + [""] + verdicts + ([""] if verdicts else [])
+
+
+def _graph_lines(record: dict[str, Any]) -> list[str]:
+    """The graph path: T per bucket, the draft's step, capture time, overheads, batches."""
+    measured = [
+        (pair["name"], pair["variants"]["graphs"])
+        for pair in record["pairs"]
+        if "costs" in pair["variants"].get("graphs", {})
+    ]
+    if not measured:
+        return []
+    lines = [
+        "## Graph path (static cache, CUDA graphs per bucket)",
+        "",
+        "T(b): the target's forward padded to bucket b; c_d: the draft's one-token step; "
+        "o: dynaspec's time per round outside the forwards (alone: one round per token; "
+        "self: the target drafting for itself, k = 3).",
+        "",
+        "| pair | graphs | capture s | T per bucket ms | c_d ms | c_d/T(1) | o alone ms "
+        "| o self ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    batches = []
+    for name, data in measured:
+        costs, overhead = data["costs"], data.get("overhead", {})
+        buckets = " / ".join(f"{b}: {_ms(t)}" for b, t in data["bucket_s"].items())
+        alone = overhead.get("dynaspec_target_alone", {}).get("per_round_s")
+        self_drafted = overhead.get("dynaspec", {}).get("per_round_s")
+        lines.append(
+            f"| {name} | {'captured' if data['graphs_enabled'] else 'none (CPU)'} | "
+            f"{data['capture_s']:.1f} | {buckets} | {_ms(costs['draft_token_s'])} | "
+            f"{_ratio(costs['draft_cost_ratio'])} | {_ms(alone)} | {_ms(self_drafted)} |"
+        )
+        if "batch" in data:
+            batches.append((name, data["batch"]))
+    lines.append("")
+    for name, batch in batches:
+        widths = batch["widths"]
+        lines += [
+            f"Batches, {name} (no graphs): T_B(n) ms, rows x n tokens; D_B: the draft's step",
+            "",
+            "| B | " + " | ".join(f"T_B({n})" for n in widths) + " | D_B |",
+            "|---|" + "---|" * (len(widths) + 1),
+        ]
+        for size in batch["sizes"]:
+            times = batch["verify_s"][str(size)]
+            cells = [_ms(times[str(n)]) for n in widths] + [_ms(batch["draft_step_s"][str(size)])]
+            lines.append(f"| {size} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines

@@ -35,6 +35,7 @@ from dynaspec.errors import ConfigError
 from dynaspec.eval.cost_model import measure_costs
 from dynaspec.eval.devicecheck.compiled import compiled_variant
 from dynaspec.eval.devicecheck.cuda_tests import run_cuda_tests
+from dynaspec.eval.devicecheck.graphs import graph_variant
 from dynaspec.eval.devicecheck.overhead import dynaspec_run, overhead, transformers_run
 from dynaspec.eval.devicecheck.report import render_markdown
 from dynaspec.eval.devicecheck.shapes import DRY_RUN_PAIRS, GPU_PAIRS, PairShape, build_model
@@ -118,6 +119,17 @@ def add_devicecheck_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-tests", action="store_true", help="do not run the tests marked cuda"
     )
     parser.add_argument(
+        "--skip-graphs",
+        action="store_true",
+        help="do not measure the static path with CUDA graphs (measured by default, first)",
+    )
+    parser.add_argument(
+        "--skip-eager",
+        action="store_true",
+        help="do not measure the eager transformers models (T(n) and the overheads of both "
+        "libraries): the graph path alone",
+    )
+    parser.add_argument(
         "--compiled",
         action="store_true",
         help="also measure the compiled fast path on the smallest pair, last (compiling "
@@ -148,30 +160,62 @@ def run_devicecheck(args: argparse.Namespace) -> int:
         progress.log(f"tests: {record['tests']['outcome']} ({record['tests'].get('summary')})")
     _write(out, record, progress)
     pairs = DRY_RUN_PAIRS if args.dry_run else GPU_PAIRS
-    longest = 0.0
-    for pair in pairs:
-        if progress.left() < 1.2 * longest:
-            record["skipped"].append(f"{pair.name}: the time budget was spent")
-            progress.log(f"skipping {pair.name}: {progress.left():.0f} s left")
-            continue
-        started = progress.elapsed()
-        try:
-            record["pairs"].append(check_pair(pair, settings, progress))
-        except Exception as error:  # noqa: BLE001 - one pair's failure must not end the run
-            record["pairs"].append({"name": pair.name, "error": _describe(error), "variants": {}})
-            progress.log(f"{pair.name}: FAILED: {_describe(error)}")
-        _free(torch.device(settings.device))  # after the error (and its frames) are gone
-        longest = max(longest, progress.elapsed() - started)
-        _write(out, record, progress)
+    record["pairs"] = [{"name": p.name, **p.to_json(), "variants": {}, "notes": []} for p in pairs]
+    phases = [("graphs", _graphs_of)] if not args.skip_graphs else []
+    phases += [("eager", check_pair)] if not args.skip_eager else []
+    for variant, measure in phases:
+        _pair_phase(variant, measure, pairs, record, settings, progress, out)
     _compiled_phase(record, pairs, settings, progress, asked=args.compiled)
     _write(out, record, progress)
     progress.log(f"done in {progress.elapsed():.0f} s: {out / JSON_NAME}, {out / MARKDOWN_NAME}")
     return 0
 
 
-def check_pair(pair: PairShape, settings: CheckSettings, progress: Progress) -> dict[str, Any]:
-    """Builds the pair, measures its costs and overheads, frees it; returns its record."""
-    record: dict[str, Any] = {"name": pair.name, **pair.to_json(), "variants": {}, "notes": []}
+def _pair_phase(
+    variant: str,
+    measure: Any,
+    pairs: tuple[PairShape, ...],
+    record: dict[str, Any],
+    settings: CheckSettings,
+    progress: Progress,
+    out: Path,
+) -> None:
+    """`measure(pair, settings, progress, entry)` for every pair while the budget lasts,
+    into the pair's entry of `record`; a failure is recorded and the next pair runs."""
+    longest = 0.0
+    for pair, entry in zip(pairs, record["pairs"], strict=True):
+        if progress.left() < 1.2 * longest:
+            record["skipped"].append(f"{pair.name}, {variant}: the time budget was spent")
+            progress.log(f"skipping {pair.name} ({variant}): {progress.left():.0f} s left")
+            continue
+        started = progress.elapsed()
+        try:
+            measure(pair, settings, progress, entry)
+        except Exception as error:  # noqa: BLE001 - one pair's failure must not end the run
+            entry["variants"][variant] = {"error": _describe(error)}
+            progress.log(f"{pair.name} ({variant}): FAILED: {_describe(error)}")
+        _free(torch.device(settings.device))  # after the error (and its frames) are gone
+        longest = max(longest, progress.elapsed() - started)
+        _write(out, record, progress)
+
+
+def _graphs_of(
+    pair: PairShape, settings: CheckSettings, progress: Progress, record: dict[str, Any]
+) -> None:
+    """The graph variant of `pair` into its record (graphs.graph_variant)."""
+    record["variants"]["graphs"] = graph_variant(pair, _prompt(pair, settings), settings, progress)
+
+
+def check_pair(
+    pair: PairShape,
+    settings: CheckSettings,
+    progress: Progress,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Builds the pair, measures its eager costs and overheads into `record` (a new one
+    when None), frees it; returns the record."""
+    if record is None:
+        record = {"name": pair.name, **pair.to_json(), "variants": {}, "notes": []}
     started = progress.elapsed()
     device, dtype = torch.device(settings.device), getattr(torch, settings.dtype)
     progress.log(f"{pair.name}: building {pair.target.name} and {pair.draft.name} on {device}")
