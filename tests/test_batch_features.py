@@ -228,3 +228,13 @@ def test_a_lone_row_takes_the_single_adapters_path_bit_for_bit() -> None:
     batch.join(torch.tensor([3, 4]))  # a second row: masks again
     batch.forward([torch.tensor([13]), torch.tensor([4])], [1, 1])
     assert masks[-1] is not None
+
+
+def test_a_row_that_leaves_before_its_end_ends_its_stream(pair) -> None:
+    batch = ContinuousBatch(*pair)
+    row = batch.make_row([5, 6, 7], {"max_new_tokens": NEW})
+    row.streamer = Collect()
+    batch.join(row, [5, 6, 7])
+    batch.step()
+    assert batch.leave(lambda r: True) == [row] and not row.done
+    assert row.streamer.ended == 1 and row.streamer.tokens == row.committed.tolist()

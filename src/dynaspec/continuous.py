@@ -248,4 +248,7 @@ class ContinuousBatch:
                 self.drafter.leave(keep)
         self.policy.leave(keep)
         self.rows = [self.rows[index] for index in keep]
+        for row in left:  # a row that ended has had its streamer's end(); one cut short now
+            if row.streamer is not None and not row.done:
+                row.streamer.end()
         return left
