@@ -98,3 +98,21 @@ def test_scopes() -> None:
     assert scope_of("user", "Bearer a", "u") != scope_of("user", "Bearer a", "v")
     assert scope_of("shared", "Bearer a", "u") == scope_of("shared", None, None)
     assert "Bearer" not in scope_of("key", "Bearer a", None)
+
+
+def test_a_keyed_seed_repeats_its_text_over_the_cache_drafts(server) -> None:
+    """A sampled request with a (keyed, the default) seed reads the cache and still gives
+    the target's text for that seed: the same text again, now partly copied."""
+    url, _ = server
+    settings = {"temperature": 0.8, "top_p": 0.9, "seed": 11}
+    client = openai.OpenAI(base_url=url + "/v1", api_key="frank", max_retries=0, timeout=60)
+    messages = [{"role": "user", "content": PROMPT}]
+    texts, stats = [], []
+    for _ in range(2):
+        answer = client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=NEW, **settings
+        )
+        texts.append(answer.choices[0].message.content)
+        stats.append(answer.model_extra["dynaspec"])
+    assert texts[0] == texts[1]
+    assert stats[1]["sources"]["suffix"]["drafted"] > 0

@@ -155,13 +155,15 @@ class ContinuousBatch:
         chunks between rounds if need be, then `join` adds it. It reads and adds to the
         suffix cache's `scope` (None: the default one) and drafts from `sources` only
         ("model", "lookup", "suffix"; None: all the batch has; empty: none). A row that
-        samples with a seed does not read the suffix cache: the seed repeats its text only
-        over the same drafts, and the cache's text changes between requests."""
+        samples with a "stream" seed does not read the suffix cache: such a seed repeats its
+        text only over the same drafts, and the cache's text changes between requests (a
+        "keyed" seed's text is the target's with that seed whatever the drafts)."""
         self.check_sources(sources)
         ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
         sampling = row.sampler.config
-        if sampling.do_sample and sampling.seed is not None and self.suffix_cache is not None:
-            # a seed repeats a text only over the same drafts, and the cache's change
+        seeded = sampling.do_sample and sampling.seed is not None
+        if seeded and sampling.seed_mode == "stream" and self.suffix_cache is not None:
+            # a stream seed repeats a text only over the same drafts, and the cache's change
             sources = set(DRAFT_SOURCES if sources is None else sources) - {"suffix"}
         return Joining(row, ids, scope=scope, sources=sources)
 
