@@ -12,6 +12,7 @@ import torch
 from tiny_models import CUDA, noisy_copy, random_prompts, tiny_model
 
 import dynaspec
+from dynaspec.backends.decoder import _kernel_runs
 from dynaspec.backends.graphs import GraphForwards, bucket_for, verify_buckets
 from dynaspec.backends.static import FastConfig, StaticAdapter, make_fast
 from dynaspec.errors import ConfigError
@@ -42,6 +43,14 @@ def test_the_seam_is_an_identity_off_cuda() -> None:
     assert not runner.enabled
     out = runner((4,), "cache", torch.zeros(3))
     assert torch.equal(out, torch.ones(3)) and len(calls) == 1 and runner.capture_count == 0
+
+
+def test_the_host_attention_kernel_never_takes_a_gpus_caches() -> None:
+    """kernels/attention.py is a C call on host memory: over caches elsewhere (here on the
+    meta device, as a GPU's would be) attention takes torch's path, whatever the CPU."""
+    query = torch.empty(1, 4, 1, 64, dtype=torch.bfloat16, device="meta")
+    cache = torch.empty(1, 2, 256, 64, dtype=torch.bfloat16, device="meta")
+    assert not _kernel_runs(query, cache, cache)
 
 
 def test_graphs_and_compile_are_refused_together() -> None:

@@ -193,10 +193,12 @@ def attention(
 
 
 def _kernel_runs(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
-    """Whether kernels/attention.py can attend these queries over these caches here."""
+    """Whether kernels/attention.py can attend these queries over these caches here (a C
+    call on the host: never over a GPU's caches, nor inside a compiled or captured graph)."""
     _, heads, _, dim = query.shape
     return (
-        not torch.compiler.is_compiling()
+        key_cache.device.type == "cpu"
+        and not torch.compiler.is_compiling()
         and key_cache.is_contiguous()
         and value_cache.is_contiguous()
         and ATTENTION.supports(key_cache.dtype, heads, key_cache.shape[1], dim)
