@@ -15,8 +15,7 @@ from time import perf_counter
 
 import torch
 
-from dynaspec.core.finite import require_finite
-from dynaspec.core.loop import Checked, accept
+from dynaspec.core.loop import Checked, check
 from dynaspec.core.protocols import BatchDrafter, BatchModelAdapter, BatchPolicy
 from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
 from dynaspec.core.row import Row
@@ -162,20 +161,17 @@ def _verify(
             checked.append(None)
             continue
         rows_logits = logits[index].to(row.tokens.device)  # (k + 1, V)
-        require_finite(rows_logits, target)
-        proposal = drafts.proposals[index]
-        accepted, new_tokens, scores = accept(row.sampler, rows_logits, row.committed, proposal)
         checked.append(
-            Checked(
+            check(
+                target,
+                row.sampler,
+                rows_logits,
+                row.committed,
                 drafts.plans[index],
-                proposal,
+                drafts.proposals[index],
                 drafts.reasons[index],
-                accepted,
                 feeds[index].numel(),
                 seconds,
-                new_tokens,
-                scores,
-                rows_logits,
             )
         )
     return checked

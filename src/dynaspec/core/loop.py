@@ -123,19 +123,32 @@ def speculative_round(
     verify_input = torch.cat([tokens[target.num_cached :], draft_tokens])
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
     target_time = device_clock(device) - start
-    require_finite(target_logits, target)  # once per round
+    return check(
+        target, sampler, target_logits, tokens, plan, proposal, stop_reason,
+        verify_input.numel(), target_time,
+    )  # fmt: skip
+
+
+def check(
+    target: Any,
+    sampler: TokenSampler,
+    target_logits: torch.Tensor,
+    tokens: torch.Tensor,
+    plan: DraftPlan,
+    proposal: Proposal,
+    stop_reason: StopReason,
+    num_verified: int,
+    target_time_s: float,
+) -> Checked:
+    """The round after the target's forward over `num_verified` tokens (`target_time_s`),
+    whose logits (k + 1, V) check `proposal` after the committed `tokens` (n,): finite (once
+    a round), then the acceptance rule. Both loops' verification."""
+    require_finite(target_logits, target)
     num_accepted, new_tokens, scores = accept(sampler, target_logits, tokens, proposal)
     return Checked(
-        plan,
-        proposal,
-        stop_reason,
-        num_accepted,
-        verify_input.numel(),
-        target_time,
-        new_tokens,
-        scores,
-        target_logits,
-    )
+        plan, proposal, stop_reason, num_accepted, num_verified, target_time_s, new_tokens,
+        scores, target_logits,
+    )  # fmt: skip
 
 
 def accept(
