@@ -33,7 +33,7 @@ from dynaspec.core.config import LimitsConfig
 from dynaspec.core.loop import decode
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters import ModelDrafter
-from dynaspec.errors import ConfigError, NumericalError
+from dynaspec.errors import ConfigError, NumericalError, UnsupportedOptionError
 from dynaspec.policies import ConstantPolicy, DynamicPolicy
 
 VOCAB_SIZE = 64
@@ -369,3 +369,32 @@ def test_the_noise_and_the_samples_are_the_same_on_a_gpu(gpu: str) -> None:
     scores[::2, 100:] = float("-inf")  # sparse rows too (the CPU takes its own path)
     assert torch.equal(keyed.keyed_tokens(scores, 5, 40),
                        keyed.keyed_tokens(scores.to(gpu), 5, 40).cpu())  # fmt: skip
+
+
+def test_a_draft_with_another_tokenizer_keeps_the_target_alone_text() -> None:
+    """Over the shared tokens (cross_tokenizer="intersection", chosen when sampling) the
+    draft proposes target ids with the same keys; through text it drafts greedily only."""
+    from test_cross_tokenizer import (
+        bytes_tokenizer,
+        permuted_copy,
+        permuted_tokenizer,
+        printable_only,
+        prompt_ids,
+    )
+
+    permuted, to_base = permuted_tokenizer()
+    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
+    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    ids = prompt_ids(bytes_tokenizer(), "Once upon")
+    kwargs = {"do_sample": True, "temperature": 1.3, "top_k": 30, "max_new_tokens": 20}
+    texts = {"tokenizer": bytes_tokenizer(), "assistant_tokenizer": permuted}
+    accepted = 0
+    for seed, schedule in enumerate(("constant", "dynamic", "adaptive")):
+        alone = dynaspec.generate(target, None, ids, seed=seed, **kwargs)
+        spec = {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": schedule}
+        out = dynaspec.generate(target, draft, ids, seed=seed, **spec, **texts, **kwargs)
+        assert out.sequences.tolist() == alone.sequences.tolist(), schedule
+        accepted += sum(r.num_accepted for r in out.stats.rounds)
+    assert accepted > 0
+    with pytest.raises(UnsupportedOptionError, match="greedy|do_sample=False"):
+        dynaspec.generate(target, draft, ids, seed=0, cross_tokenizer="string", **texts, **kwargs)

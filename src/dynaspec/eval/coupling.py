@@ -83,7 +83,10 @@ def measure(
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="tiny", help="a load_pair preset (default tiny)")
+    parser.add_argument("--pair", default="tiny", help="a load_pair preset, or tiny (default)")
+    parser.add_argument(
+        "--draft-noise", type=float, default=None, help="tiny: the draft's weight noise"
+    )
     parser.add_argument("--task", default="grounded,open-ended,code")
     parser.add_argument("--n", type=int, default=4, help="prompts per task")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (0, 1, ...)")
@@ -109,11 +112,21 @@ def _prompts(pair: Any, task: str, n: int) -> list[torch.Tensor]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _pair(name: str, draft_noise: float | None) -> Any:
+    """The named preset, or the tiny built-in pair (its draft as noisy as asked)."""
     from dynaspec.models.loading import load_pair
+    from dynaspec.models.tiny import TinyPairConfig, tiny_pair
 
+    if name != "tiny":
+        return load_pair(name)
+    config = TinyPairConfig() if draft_noise is None else TinyPairConfig(draft_noise=draft_noise)
+    target, draft, tokenizer = tiny_pair(config)
+    return argparse.Namespace(target=target, draft=draft, tokenizer=tokenizer)
+
+
+def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    pair = load_pair(args.pair)
+    pair = _pair(args.pair, args.draft_noise)
     settings = {
         "do_sample": True,
         "temperature": args.temperature,
@@ -126,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     tallies = measure(pair, prompts, args.seeds, settings)
     record = {
         "pair": args.pair,
+        "draft_noise": args.draft_noise,
         "settings": settings,
         "prompts": len(prompts),
         "seeds": args.seeds,
