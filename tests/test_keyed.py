@@ -87,6 +87,16 @@ def test_masked_tokens_never_win_and_the_sparse_path_equals_the_dense_one() -> N
     assert int(sparse.max()) < 3 and len(set(sparse.tolist())) == 3
 
 
+def test_cached_noise_rows_are_the_rows_made_afresh() -> None:
+    cache = keyed.NoiseRows(4)
+    first = cache.get(10, 3, VOCAB_SIZE, torch.device("cpu"))
+    again = cache.get(11, 4, VOCAB_SIZE, torch.device("cpu"))  # two cached, two new
+    assert torch.equal(again[:2], first[1:])
+    assert torch.equal(again, keyed.gumbel_noise(4, torch.arange(11, 15), VOCAB_SIZE, "cpu"))
+    scores = torch.randn(4, VOCAB_SIZE)
+    assert torch.equal(keyed.keyed_tokens(scores, 4, 11, cache), keyed.keyed_tokens(scores, 4, 11))
+
+
 def test_keyed_samples_follow_the_processed_distribution() -> None:
     """One position per draw: the keyed samples of fixed logits under temperature, top-k and
     top-p follow transformers' processed distribution; the raw logits' would not."""

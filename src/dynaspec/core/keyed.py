@@ -119,22 +119,55 @@ def gumbel_noise(
     return gumbel(seed, positions, token_ids)  # (n, V)
 
 
-def keyed_tokens(scores: torch.Tensor, seed: int, first_position: int) -> torch.Tensor:
+class NoiseRows:
+    """The dense noise rows of one seed made so far, by device and position: a cache of a
+    pure function. A sequence asks for a position again when the target checks what the
+    draft proposed there, and when a round redrafts after a rejection; the rows before the
+    first position asked for are never asked again (the committed length only grows) and
+    are dropped."""
+
+    def __init__(self, seed: int, most: int = 256) -> None:
+        self.seed = seed
+        self.most = most  # rows kept at most (a sampler reused for another sequence)
+        self._rows: dict[tuple[torch.device, int], torch.Tensor] = {}  # (V,) float32 each
+
+    def get(self, first: int, count: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+        """(count, V) rows for positions first .. first + count - 1 on `device`."""
+        wanted = range(first, first + count)
+        missing = [p for p in wanted if (device, p) not in self._rows]
+        if missing:
+            made = gumbel_noise(self.seed, torch.tensor(missing), vocab_size, device)  # (m, V)
+            self._rows.update({(device, p): row for p, row in zip(missing, made, strict=True)})
+        rows = torch.stack([self._rows[(device, p)] for p in wanted])  # (count, V)
+        stale = [key for key in self._rows if key[1] < first or len(self._rows) > self.most]
+        for key in stale:
+            del self._rows[key]
+        return rows
+
+
+def keyed_tokens(
+    scores: torch.Tensor, seed: int, first_position: int, cache: NoiseRows | None = None
+) -> torch.Tensor:
     """(n,) tokens from (n, V) processed scores, row i the token at absolute position
     first_position + i: argmax(scores + G). A token whose score is -inf (masked by a
     processor) never wins while any token is allowed. On a CPU, where a warper (top-k,
     top-p, ...) masked most of the vocabulary, the noise is made for the allowed tokens
-    only: the same values, since a token's noise depends on its id, not on its neighbours."""
+    only: the same values, since a token's noise depends on its id, not on its neighbours.
+    Otherwise the rows come from `cache` (made once per position) when given."""
     scores = scores.float()
-    positions = torch.arange(first_position, first_position + scores.shape[0])
-    positions = positions.to(scores.device)  # (n,)
+    count, vocab_size = scores.shape
     if scores.device.type == "cpu":
         rows, ids = (scores > float("-inf")).nonzero(as_tuple=True)  # (N,) each
         if 2 * rows.numel() < scores.numel():
+            positions = torch.arange(first_position, first_position + count)  # (n,)
             keyed = torch.full_like(scores, float("-inf"))  # (n, V)
             keyed[rows, ids] = scores[rows, ids] + gumbel(seed, positions[rows], ids)
             return keyed.argmax(-1)
-    noise = gumbel_noise(seed, positions, scores.shape[-1], scores.device)  # (n, V)
+    if cache is not None and cache.seed == seed:
+        noise = cache.get(first_position, count, vocab_size, scores.device)  # (n, V)
+    else:
+        positions = torch.arange(first_position, first_position + count)
+        noise = gumbel_noise(seed, positions, vocab_size, scores.device)  # (n, V)
     return (scores + noise).argmax(-1)
 
 

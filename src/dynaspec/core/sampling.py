@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
-from dynaspec.core.keyed import keyed_tokens
+from dynaspec.core.keyed import NoiseRows, keyed_tokens
 from dynaspec.core.scores import apply_processors
 from dynaspec.core.verify import argmax
 from dynaspec.errors import NumericalError
@@ -58,6 +58,7 @@ class TokenSampler:
         # Left padding before the sequence's first token (a batch row's): keyed positions
         # count the sequence's own tokens, so a row draws as it would alone.
         self.offset = offset
+        self._noise: NoiseRows | None = None  # keyed noise rows made so far (by position)
         # The device whose generator is seeded with `seed` itself (the target's).
         self.home = _canonical(device)
         # Every processor and warper in transformers' order (None: the config's warpers only).
@@ -129,7 +130,9 @@ class TokenSampler:
         best = scores.amax(-1)  # (n,) NaN, +inf, or -inf when every token is masked
         if not bool(torch.isfinite(best).all()):
             raise NumericalError(self._bad_distribution())
-        return keyed_tokens(scores, seed, length - self.offset)
+        if self._noise is None or self._noise.seed != seed:
+            self._noise = NoiseRows(seed)
+        return keyed_tokens(scores, seed, length - self.offset, self._noise)
 
     def uniform(self, n: int, device: torch.device | str) -> torch.Tensor:
         """(n,) uniform draws in [0, 1) on `device`, from that device's generator."""
