@@ -82,8 +82,11 @@ def test_the_backend_names_what_it_ran() -> None:
     quantized = make_fast(target, static=True, quantize="int8")
     assert compare.backend_words(quantized) == "static KV cache + int8 weights"
     bf16 = make_fast(tiny_pair()[0].to(torch.bfloat16), static=True)
-    packed = any(isinstance(m, compare.PackedLinear) for m in bf16.decoder.modules())
-    expected = "static KV cache" + (" + prepacked bf16 weights" if packed else "")
+    modules = list(bf16.decoder.modules())
+    exact = any(isinstance(m, compare.BitExactLinear) for m in modules)
+    packed = any(isinstance(m, compare.PackedLinear) for m in modules)
+    weights = " + bit-exact bf16 weights" if exact else " + prepacked bf16 weights"
+    expected = "static KV cache" + (weights if exact or packed else "")
     assert compare.backend_words(bf16) == expected
 
 

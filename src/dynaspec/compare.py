@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from dynaspec.backends.exact_linear import BitExactLinear
 from dynaspec.backends.quant import PackedLinear
 from dynaspec.generation import GenerateOutput, generate
 
@@ -77,12 +78,15 @@ def compare_with_target_alone(
     alone = generate(target, None, input_ids, **target_alone_options(options), streamer=bar)
     alone_s = time.perf_counter() - started
     same = torch.equal(alone.sequences, speculative.sequences)
+    exact = bool(getattr(target, "bit_exact", False))
     verdict = "identical" if same else "DIFFERENT"
     if speculative.stats.do_sample:
         verdict += " (sampling: outputs differ by design; distributions are equal)"
+    elif same and exact:
+        verdict += f" ({BIT_EXACT_WHY})"
     elif not same and not getattr(target.config, "is_encoder_decoder", False):
         divergence = _classify(target, input_ids, alone.sequences, speculative.sequences)
-        verdict = describe_divergence(divergence)
+        verdict = describe_divergence(divergence, bit_exact=exact)
         texts = _parting_texts(options.get("tokenizer"), input_ids, alone, speculative, divergence)
         verdict += texts
     speedup = alone_s / speculative.stats.summary().wall_time_s
@@ -90,6 +94,14 @@ def compare_with_target_alone(
         f"[target alone, {backend_words(target)}] {alone.stats.summary().line()}\n"
         f"speedup {speedup:.2f}x over the target alone; outputs {verdict}"
     )
+
+
+# Why a greedy speculative output equals the target alone's on a bit-exact target (the
+# static path in bf16, dynaspec's kernels): the end of the --compare line.
+BIT_EXACT_WHY = (
+    "bit for bit: this target's kernels give each token the same logits whether it is "
+    "checked alone or among drafted tokens, so not even a tie can part them"
+)
 
 
 def backend_words(model: Any) -> str:
@@ -104,6 +116,8 @@ def backend_words(model: Any) -> str:
         words.append("torch.compile")
     if fast.quantize:
         words.append(f"{fast.quantize} weights")
+    elif any(isinstance(m, BitExactLinear) for m in decoder.modules()):
+        words.append("bit-exact bf16 weights")
     else:
         packed = [m for m in decoder.modules() if isinstance(m, PackedLinear) and m.dense.packed]
         if packed:
@@ -125,10 +139,17 @@ def _classify(
     )
 
 
-def describe_divergence(divergence: Any) -> str:
+def describe_divergence(divergence: Any, bit_exact: bool = False) -> str:
     """What a greedy divergence (a classified mismatch: kind, position, dtype, steps) means,
-    in a newcomer's words: the end of the --compare line, then lines that explain it."""
+    in a newcomer's words: the end of the --compare line, then lines that explain it. On a
+    `bit_exact` target no divergence is a tie: its verification sees its steps' logits."""
     at = divergence.position
+    if bit_exact:
+        return (
+            f"DIFFERENT from new token {at} on: this target is bit-exact (each token gets the "
+            "same logits alone or in a verification), so no tie explains it. Please report "
+            "this bug."
+        )
     if divergence.kind != "tie":
         return (
             f"DIFFERENT from new token {at} on: NOT a tie of the target's two best tokens, "
