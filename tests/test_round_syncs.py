@@ -7,7 +7,9 @@ one generate() call over the static path with graph buckets: a round of the targ
 reads one value (its logits' finite check); a speculative round reads two (the finite check
 and the accept decision) plus one per drafted token (the draft's token, its confidence and
 its finite check in one transfer: the stopper decides on the host whether to draft the next).
-The call's set-up (validation) reads a few more, once."""
+The call's set-up (validation) reads a few more, once. Besides, the draft's proposal and the
+target's forward are each timed between two waits for the device (`core.timing.device_clock`:
+what the cost model learns), each end where the round reads their values anyway."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tiny_models import noisy_copy, tiny_model
 
 import dynaspec
 from dynaspec.backends.static import make_fast
+from dynaspec.core import timing
 
 # Everything that reads a tensor's value on the host.
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
@@ -41,9 +44,13 @@ def counted_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
         return read
 
+    def wait(device: Any) -> None:
+        counts["device_clock"] += 1
+
     with monkeypatch.context() as patch:
         for name in READS:
             patch.setattr(torch.Tensor, name, wrapped(name))
+        patch.setattr(timing, "synchronize", wait)
         yield counts
 
 
@@ -67,7 +74,9 @@ def test_a_speculative_round_reads_two_values_and_one_per_drafted_token(
     rounds = out.stats.rounds
     drafted = sum(record.num_drafted for record in rounds)
     assert drafted > len(rounds)  # the draft ran: its reads are counted
+    waits = counts.pop("device_clock")
     assert sum(counts.values()) <= SETUP_READS + 2 * len(rounds) + drafted, counts
+    assert waits <= 4 * len(rounds) + SETUP_READS  # the draft phase's and the target's
 
 
 def test_a_round_of_the_target_alone_reads_one_value(
@@ -79,4 +88,6 @@ def test_a_round_of_the_target_alone_reads_one_value(
     with counted_reads(monkeypatch) as counts:
         out = dynaspec.generate(target, None, prompt, max_new_tokens=40)
     assert len(out.stats.rounds) == 40
+    waits = counts.pop("device_clock")
     assert sum(counts.values()) <= SETUP_READS + len(out.stats.rounds), counts
+    assert waits <= 2 * len(out.stats.rounds) + SETUP_READS
