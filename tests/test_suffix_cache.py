@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -113,7 +114,10 @@ def test_the_estimate_stays_within_the_budget(additions):
 
 
 def test_a_scope_larger_than_the_budget_keeps_its_newest_sequences():
-    cache = SuffixCache(size_mb=0.5)
+    probe = SuffixCache()
+    for n in range(10):
+        probe.add([n + 5000, *range(100, 300)])
+    cache = SuffixCache(size_mb=probe.nbytes() / 2**20)  # room for about 10 of 40
     for n in range(40):
         cache.add([n + 5000, *range(100, 300)])
     assert cache.nbytes() <= cache.budget
@@ -123,15 +127,15 @@ def test_a_scope_larger_than_the_budget_keeps_its_newest_sequences():
 
 
 def test_a_query_reads_a_bounded_number_of_occurrences():
-    """The work per query does not grow with the tokens stored: a context seen 20,000 times
-    is read at its newest max_occurrences, and the lists behind it stay bounded."""
+    """The work per query hardly grows with the tokens stored: a context seen 20,000 times
+    is read at its newest max_occurrences, from O(log N) sorted runs."""
     cache = SuffixCache(size_mb=256, max_occurrences=16)
     for _ in range(200):
         cache.add([1, 2, 3] * 100)
     match = cache.lookup([5, 1, 2])
     assert match.examined == 16 and match.tokens[:3] == (3, 1, 2)
     (index,) = cache._scopes.values()
-    assert all(len(listed) <= 32 for table in index.table.values() for listed in table.values())
+    assert all(len(runs) <= 2 + math.log2(index.size) for runs in index.runs.values())
 
 
 def test_threads_share_one_cache():
@@ -166,3 +170,11 @@ def test_bad_settings_are_refused(kwargs):
 def test_bad_token_ids_are_refused():
     with pytest.raises(ConfigError, match="token ids"):
         SuffixCache().add([1, -3, 2])
+
+
+def test_memory_per_token_is_a_few_arrays_bytes() -> None:
+    """16 bytes per indexed n-gram (3 sizes) and 4 per token, the store at most doubled."""
+    cache = SuffixCache()
+    for n in range(50):
+        cache.add([(n * 7919 + i * 104729) % 150000 for i in range(2000)])
+    assert cache.nbytes() <= 60 * 50 * 2001

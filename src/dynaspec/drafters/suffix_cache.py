@@ -23,7 +23,7 @@ from dynaspec.drafters.suffix_index import MAX_AGREEMENT, IndexConfig, ScopeInde
 from dynaspec.errors import ConfigError
 
 DEFAULT_SCOPE = "default"
-MAX_TOKEN_ID = 2**24  # ngram_key packs token ids in 24 bits
+MAX_TOKEN_ID = 2**31  # the store is int32
 
 
 class SuffixCache:

@@ -4,18 +4,20 @@ The idea is SuffixDecoding's (Oliaro et al. 2024, "SuffixDecoding: Extreme Specu
 Decoding for Emerging AI Applications"; Snowflake's Arctic Inference implements it with a
 suffix tree): the prompts and outputs of earlier requests predict the next ones, above all
 for agents, which send the same tool-call formats, files and plans again and again. Here the
-index is an n-gram table instead of a tree: the sequences lie end to end in one token array
-(a separator between them), and for each n in `ngram_sizes` the newest occurrences of every
-n-gram are listed by where they end. A query takes the newest n committed tokens, longest n
-first, reads the listed occurrences (at most `max_occurrences`, newest first), counts how far
+index is a table of hashed n-grams instead of a tree: the sequences lie end to end in one
+token array (a separator between them), and for each n in `ngram_sizes` every n-gram's hash
+and the position after it are kept in sorted runs (`ScopeIndex`). A query takes the newest n
+committed tokens, longest n first, reads their newest occurrences (at most
+`max_occurrences`), counts how far
 back each one agrees with the committed text (as prompt lookup's "longest" match does,
 drafters/prompt_lookup.py), and among the occurrences of the longest agreeing context follows
 the continuation most of them took, token by token. Each token's frequency is how often it
 followed, among the occurrences that took the path so far: the acceptance estimate the copy
 rule weighs (policies/source_plan.py).
 
-Work per query is bounded by the occurrences read and the tokens followed, never by the
-tokens stored: a few vectorised numpy operations over (max_occurrences, 32) values.
+Work per query is a binary search per run (O(log N) runs) and a few vectorised numpy
+operations over (max_occurrences, 32) values: bounded by the occurrences read and the tokens
+followed, not by the tokens stored beyond that logarithm.
 """
 
 from __future__ import annotations
@@ -27,11 +29,9 @@ import numpy as np
 
 SEPARATOR = -1  # between sequences in the token array: no context or continuation crosses it
 MAX_AGREEMENT = 32  # how far back an occurrence's agreement is counted
-# Estimated bytes per stored item (CPython 3.12, 64-bit): a listed occurrence is a list slot
-# and an int object; a key is a dict entry, its int key and its list's header.
-OCCURRENCE_BYTES = 40
-KEY_BYTES = 160
-TOKEN_BYTES = 4  # the token array is int32
+HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # an odd 64-bit multiplier (the golden ratio's)
+HASH_BASE = np.uint64(HASH_MULTIPLIER)
+HASH_MASK = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -57,38 +57,52 @@ class SuffixMatch:
 
 class ScopeIndex:
     """The sequences of one scope end to end, and their n-gram occurrences (not thread-safe:
-    suffix_cache.SuffixCache holds the lock)."""
+    suffix_cache.SuffixCache holds the lock).
+
+    Per n, the occurrences are (hash of the n-gram, position after it) pairs in sorted runs,
+    a log-structured merge: each added sequence makes a run, and the newest runs are merged
+    while the one before is less than twice as long, so there are O(log N) runs and each
+    pair is merged O(log N) times. A query binary-searches each run, newest first. Memory:
+    16 bytes per pair and 4 per token, a few numpy arrays (no Python object per token)."""
 
     def __init__(self, config: IndexConfig) -> None:
         self.config = config
         self.tokens = np.empty(256, dtype=np.int32)  # (capacity,) the store
         self.size = 0  # tokens used of the store
         self.starts: list[int] = []  # where each sequence starts in the store
-        self.table: dict[int, dict[int, list[int]]] = {n: {} for n in config.ngram_sizes}
-        self.entries = 0  # occurrences listed, summed over the tables
+        # per n: runs of (hashes (R,) uint64 sorted, ends (R,) int64), oldest first
+        self.runs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+            n: [] for n in config.ngram_sizes
+        }
 
     def nbytes(self) -> int:
-        """The index's memory, estimated from what it stores."""
-        keys = sum(len(table) for table in self.table.values())
-        return self.tokens.nbytes + OCCURRENCE_BYTES * self.entries + KEY_BYTES * keys
+        """The index's memory: its arrays' bytes."""
+        runs = sum(h.nbytes + e.nbytes for runs in self.runs.values() for h, e in runs)
+        return self.tokens.nbytes + runs
 
     def add(self, sequence: list[int]) -> None:
-        """Stores `sequence` (token ids >= 0) after the others and lists its n-grams."""
+        """Stores `sequence` (token ids >= 0) after the others and indexes its n-grams that
+        have a token after them."""
         self._reserve(len(sequence) + 1)
         start = self.size
         self.tokens[start : start + len(sequence)] = sequence
         self.tokens[start + len(sequence)] = SEPARATOR
         self.size += len(sequence) + 1
         self.starts.append(start)
-        cap = self.config.max_occurrences
-        for n, table in self.table.items():
-            for end in range(start + n, start + len(sequence) + 1):
-                listed = table.setdefault(ngram_key(sequence[end - start - n : end - start]), [])
-                listed.append(end)  # the position after the n-gram: its continuation's
-                self.entries += 1
-                if len(listed) > 2 * cap:  # keep the newest `cap` (amortised)
-                    del listed[:-cap]
-                    self.entries -= cap + 1
+        stored = self.tokens[start : start + len(sequence)]
+        for n, runs in self.runs.items():
+            if len(sequence) <= n:
+                continue
+            hashes = ngram_hashes(stored[:-1], n)  # (L - n,) the n-grams before a token
+            ends = np.arange(start + n, start + len(sequence), dtype=np.int64)  # (L - n,)
+            order = np.argsort(hashes, kind="stable")  # ends stay ascending within a hash
+            runs.append((hashes[order], ends[order]))
+            while len(runs) > 1 and runs[-2][0].size < 2 * runs[-1][0].size:
+                newer = runs.pop()
+                older = runs.pop()
+                hashes = np.concatenate([older[0], newer[0]])
+                merged = np.argsort(hashes, kind="stable")  # older ends first on a tie
+                runs.append((hashes[merged], np.concatenate([older[1], newer[1]])[merged]))
 
     def _reserve(self, extra: int) -> None:
         if self.size + extra <= self.tokens.size:
@@ -97,29 +111,47 @@ class ScopeIndex:
         grown[: self.size] = self.tokens[: self.size]
         self.tokens = grown
 
+    def _occurrences(self, n: int, context: list[int]) -> np.ndarray:
+        """(H,) the positions after the newest (at most max_occurrences) occurrences of the
+        newest n tokens of `context`, newest first (a hash's collisions included: the
+        agreement weeds them out)."""
+        key = np.uint64(ngram_hash(context[-n:]))
+        wanted = self.config.max_occurrences
+        found: list[np.ndarray] = []
+        for hashes, ends in reversed(self.runs[n]):  # newest run first
+            high = int(hashes.searchsorted(key, side="right"))
+            low = max(int(hashes.searchsorted(key, side="left")), high - wanted)
+            if high > low:
+                found.append(ends[low:high][::-1])  # newest first
+                wanted -= high - low
+                if wanted <= 0:
+                    break
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
     def lookup(self, context: list[int], eos: frozenset[int] = frozenset()) -> SuffixMatch | None:
         """The continuation most often taken after the longest stored context agreeing with
         the newest tokens of `context`; None when no indexed n-gram of it was seen with a
         token after it."""
-        for n in sorted(self.table, reverse=True):
+        for n in sorted(self.runs, reverse=True):
             if len(context) < n:
                 continue
-            listed = self.table[n].get(ngram_key(context[-n:]))
-            if listed:
-                ends = np.asarray(listed[-self.config.max_occurrences :][::-1])  # newest first
-                match = self._follow(ends, context, eos)
+            ends = self._occurrences(n, context)
+            if ends.size:
+                match = self._follow(ends, context, eos, n)
                 if match is not None:
                     return match
         return None
 
     def _follow(
-        self, ends: np.ndarray, context: list[int], eos: frozenset[int]
+        self, ends: np.ndarray, context: list[int], eos: frozenset[int], n: int
     ) -> SuffixMatch | None:
-        """The continuation after the occurrences ending at `ends` (H,) that agree furthest."""
-        ends = ends[self.tokens[ends] != SEPARATOR]  # (H,) those with a token after them
+        """The continuation after the occurrences ending at `ends` (H,) that agree furthest
+        (on at least the `n` tokens looked up: fewer is a hash collision)."""
+        agreements = self._agreements(ends, context)  # (H,)
+        genuine = agreements >= min(n, MAX_AGREEMENT)
+        ends, agreements = ends[genuine], agreements[genuine]
         if not ends.size:
             return None
-        agreements = self._agreements(ends, context)  # (H,)
         best = int(agreements.max())
         rows = ends[agreements == best]  # (H',) the occurrences of the longest context
         ahead = rows[:, None] + np.arange(self.config.max_tokens)  # (H', L)
@@ -173,9 +205,20 @@ def _majority_path(
     return tuple(tokens), tuple(frequencies)
 
 
-def ngram_key(ngram: list[int]) -> int:
-    """One exact int for a short run of token ids (each below 2**24): no two runs share one."""
+def ngram_hash(ngram: list[int]) -> int:
+    """`ngram_hashes` of one run of tokens, in Python ints (a query's: no array to make)."""
     key = 0
     for token in ngram:
-        key = (key << 24) | token
+        key = (key * HASH_MULTIPLIER + token + 1) & HASH_MASK
     return key
+
+
+def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """(L - n + 1,) uint64 a polynomial hash of each run of n tokens of `tokens` (L,)
+    (wrapping arithmetic)."""
+    values = tokens.astype(np.uint64) + np.uint64(1)  # (L,) so that token 0 counts too
+    count = values.size - n + 1
+    hashes = np.zeros(count, dtype=np.uint64)
+    for offset in range(n):
+        hashes = hashes * HASH_BASE + values[offset : offset + count]
+    return hashes
