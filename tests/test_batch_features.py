@@ -22,7 +22,7 @@ from tiny_models import noisy_copy, tiny_model
 import dynaspec
 from dynaspec.continuous import ContinuousBatch
 from dynaspec.core.config import SpecConfig
-from dynaspec.errors import UnsupportedOptionError
+from dynaspec.errors import ConfigError, UnsupportedOptionError
 from dynaspec.policies import make_policy
 
 NEW = 20
@@ -238,3 +238,23 @@ def test_a_row_that_leaves_before_its_end_ends_its_stream(pair) -> None:
     batch.step()
     assert batch.leave(lambda r: True) == [row] and not row.done
     assert row.streamer.ended == 1 and row.streamer.tokens == row.committed.tolist()
+
+
+def test_the_continuous_batch_makes_each_row_a_policy_object(pair) -> None:
+    """ContinuousBatch(policy=a function): each joining row plans with a policy object of its
+    own, as generate(policy=...) alone (a policy written once reaches the server)."""
+    target, draft = pair
+    spec = SpecConfig(num_assistant_tokens_schedule="heuristic")
+    made = []
+
+    def make():
+        made.append(make_policy(spec))
+        return made[-1]
+
+    streamers = served(ContinuousBatch(target, draft, policy=make), ROWS)
+    singles = [make_policy(spec) for _ in ROWS]
+    expected = [alone(target, draft, row, policy=p) for row, p in zip(ROWS, singles, strict=True)]
+    assert [s.tokens for s in streamers] == expected
+    assert [p.lookahead for p in made[-len(ROWS) :]] == [p.lookahead for p in singles]
+    with pytest.raises(ConfigError, match="BatchPolicy or a function"):
+        ContinuousBatch(target, draft, policy=make_policy(spec))

@@ -74,14 +74,15 @@ def test_decisions_are_those_recorded(scenario) -> None:
     assert trace(driver, *scenario) == TRACES["/".join(map(str, scenario))]
 
 
-def batch_driver(schedule: str):
+def batch_driver(schedule: str, packed: bool = False):
     """The scenario's calls on a batch policy of one row (the server with one request):
-    `BatchAdaptivePolicy` for adaptive, a policy per row for the others."""
+    `BatchAdaptivePolicy` for adaptive (`packed`: over a target that packs its rows, the
+    static batch adapter), a policy per row for the others."""
     from dynaspec.batch import batch_policy
 
     lookahead = 5 if schedule == "heuristic" else 20
     spec = SpecConfig(lookahead, num_assistant_tokens_schedule=schedule)
-    policy = batch_policy(spec, 0)
+    policy = batch_policy(spec, 0, packed=packed)
     policy.join()
     plans: dict[int, DraftPlan] = {}
 
@@ -122,8 +123,15 @@ def batch_driver(schedule: str):
     return plan, start, update
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: "/".join(map(str, s)))
-def test_a_batch_of_one_row_decides_as_one_sequence(scenario) -> None:
+def test_a_batch_of_one_row_decides_as_one_sequence(scenario, packed: bool) -> None:
     """The batch policy with one row (a request alone in the server) replays the traces of
     the single policy: one rule, whichever loop runs it."""
-    assert trace(batch_driver, *scenario) == TRACES["/".join(map(str, scenario))]
+    if packed and scenario[0] != "adaptive":
+        pytest.skip("only the adaptive batch rule reads how the target packs its rows")
+
+    def driver(schedule: str):
+        return batch_driver(schedule, packed)
+
+    assert trace(driver, *scenario) == TRACES["/".join(map(str, scenario))]

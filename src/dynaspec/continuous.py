@@ -44,13 +44,14 @@ from dynaspec.compat.settings import resolve_settings
 from dynaspec.compat.validation import check_text_options, check_token_ids, eos_ids
 from dynaspec.core.batch_loop import batch_round, first_token
 from dynaspec.core.config import SpecConfig
-from dynaspec.core.protocols import BatchPolicy
+from dynaspec.core.protocols import BatchPolicy, LookaheadPolicy
 from dynaspec.core.round import Round
 from dynaspec.core.row import Row
 from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import DRAFT_SOURCES, BatchDrafter
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
-from dynaspec.errors import InputError
+from dynaspec.errors import ConfigError, InputError
+from dynaspec.policies.batch import PerRow
 
 
 @dataclass
@@ -89,15 +90,16 @@ class ContinuousBatch:
         tokenizer: Any = None,
         assistant_tokenizer: Any = None,
         cross_tokenizer: str = "auto",
-        policy: BatchPolicy | None = None,
+        policy: BatchPolicy | Callable[[], LookaheadPolicy] | None = None,
         suffix_cache: SuffixCache | None = None,
     ) -> None:
         """As generate(): `tokenizer` and `assistant_tokenizer` (the draft's) for a draft
         with another vocabulary, drafting by `cross_tokenizer` ("auto": "string", through
         text, greedy only; "intersection" samples too); `policy` a BatchPolicy (one that
-        can `join` rows) instead of the schedule's; `suffix_cache` drafts from what earlier
-        rows of the same scope (`joining`'s) wrote, each row added when it leaves (not
-        with a draft of another vocabulary)."""
+        can `join` rows) or a function that makes each joining row a policy object of its
+        own (it plans with it as generate(policy=...) does), instead of the schedule's;
+        `suffix_cache` drafts from what earlier rows of the same scope (`joining`'s) wrote,
+        each row added when it leaves (not with a draft of another vocabulary)."""
         self.model = target
         self.target = batch_adapter(target)
         texts = draft_texts(target, draft, tokenizer, assistant_tokenizer)
@@ -116,7 +118,17 @@ class ContinuousBatch:
         shared = shares_forwards(self.target, self.drafter)
         cost = draft_cost_ratio(target, draft)
         made = batch_policy(spec, 0, cost, self.target.packs_rows, shared=shared)
-        self.policy = made if policy is None else policy
+        if policy is None:
+            self.policy = made
+        elif isinstance(policy, BatchPolicy):
+            self.policy = policy
+        elif callable(policy):
+            self.policy = PerRow([], make=policy)
+        else:
+            raise ConfigError(
+                f"policy= takes a BatchPolicy or a function that makes a policy per row "
+                f"(e.g. lambda: dynaspec.AdaptivePolicy()), got a {type(policy).__name__}"
+            )
         self.rows: list[Row] = []
 
     @property
