@@ -38,7 +38,10 @@ print(f"gpu-check: torch {torch.__version__}, CUDA {torch.version.cuda}, "
 EOF
 
 if [[ ${#dry[@]} -eq 0 ]]; then
-  gpu="$("$python" -c 'import torch; print(torch.cuda.get_device_name(0).split()[-1].lower())')"
+  # "NVIDIA H100 80GB HBM3" -> h100 (the first word of a letter and digits), else the name
+  gpu="$("$python" -c 'import re, torch; name = torch.cuda.get_device_name(0)
+found = re.search(r"\b[A-Za-z]+\d+[A-Za-z]*\b", name.replace("NVIDIA", ""))
+print((found.group(0) if found else re.sub(r"\W+", "-", name)).lower())')"
   out="${1:-benchmarks/gpu/${gpu}-$(date -u +%Y-%m-%d)}"
   budget=330  # seconds of measuring; the projections and the start add about a minute
 else
@@ -46,6 +49,8 @@ else
   budget=120
 fi
 mkdir -p "$out"
+# Whatever happens next, what was written comes back with the device tool's $OUT.
+trap '[[ -n "${OUT:-}" && -d "${OUT:-}" ]] && cp -r "$out" "$OUT/"' EXIT
 
 "$python" -m dynaspec devicecheck "${dry[@]}" --out "$out" --budget-s "$budget"
 "$python" -m dynaspec project --costs "$out/devicecheck.json" --variant graphs \
@@ -55,8 +60,5 @@ if "$python" -c 'import json, sys; pairs = json.load(open(sys.argv[1]))["pairs"]
 sys.exit(not any("costs" in p["variants"].get("eager", {}) for p in pairs))' \
   "$out/devicecheck.json"; then
   "$python" -m dynaspec project --costs "$out/devicecheck.json" --out "$out" > /dev/null
-fi
-if [[ -n "${OUT:-}" && -d "${OUT}" ]]; then
-  cp -r "$out" "$OUT/"
 fi
 echo "gpu-check: results in $out (devicecheck.md, projection-graphs/projection.md)"
