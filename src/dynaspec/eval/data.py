@@ -38,11 +38,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dynaspec.errors import ConfigError, DataNotAvailableError, InputError
+from dynaspec.eval.agent import agent_sessions
 from dynaspec.eval.grounded import grounded_prompts
 
 TASKS: tuple[str, ...] = ("summarization", "open-ended", "code")
 ALL_TASKS = "all"  # task name meaning every task in TASKS
 GROUNDED_TASK = "grounded"  # answers that copy the prompt (eval/grounded.py); not in "all"
+AGENT_TASK = "agent"  # sessions of turns over one function (eval/agent.py); not in "all"
 CUSTOM_TASK = "custom"  # task of a prompt-file line that names none
 GROUNDED_SOURCES = ("summarization", "code")  # the files the grounded task is built from
 DEFAULT_MAX_PROMPT_CHARS = 2000  # articles longer than this are cut at a word boundary
@@ -145,12 +147,15 @@ def load_prompts(
             "or None (no truncation)"
         )
     sources = prompt_sources()
-    needed = dict.fromkeys(GROUNDED_SOURCES if name == GROUNDED_TASK else (name,) for name in tasks)
+    needed = dict.fromkeys(_sources_of(name) for name in tasks)
     _require_installed([sources[name] for names in needed for name in names])
     groups = []
     for name in tasks:
         if name == GROUNDED_TASK:
             groups.append(_grounded(sources, n, seed, max_prompt_chars))
+            continue
+        if name == AGENT_TASK:
+            groups.append(_agent(sources["code"], n, seed))
             continue
         prompts = _load_source(sources[name], max_prompt_chars)
         groups.append(sample_prompts(prompts, n, seed))
@@ -259,8 +264,10 @@ def _resolve_task(task: str) -> tuple[str, ...]:
     names = [name.strip() for name in task.split(",") if name.strip()]
     resolved: list[str] = []
     for name in names:
-        if name not in (*TASKS, ALL_TASKS, GROUNDED_TASK):
-            choices = ", ".join(repr(name) for name in (*TASKS, ALL_TASKS, GROUNDED_TASK))
+        if name not in (*TASKS, ALL_TASKS, GROUNDED_TASK, AGENT_TASK):
+            choices = ", ".join(
+                repr(name) for name in (*TASKS, ALL_TASKS, GROUNDED_TASK, AGENT_TASK)
+            )
             raise ConfigError(
                 f"unknown task {name!r}: choose one of {choices}, or several separated by commas"
             )
@@ -351,6 +358,24 @@ def _grounded(
     if n is not None and n > len(ordered):
         raise ConfigError(f"n={n} but grounded has only {len(ordered)} prompts: use n <= that")
     return ordered if n is None else ordered[:n]
+
+
+def _sources_of(task: str) -> tuple[str, ...]:
+    """The prompt sources a task is built from."""
+    return {GROUNDED_TASK: GROUNDED_SOURCES, AGENT_TASK: ("code",)}.get(task, (task,))
+
+
+def _agent(source: PromptSource, n: int | None, seed: int) -> list[Prompt]:
+    """The agent task: whole sessions in a seeded order, each session's turns in order;
+    the first `n` turns (eval/agent.py)."""
+    sessions = agent_sessions(locate_data_file(source))
+    heads = [Prompt(AGENT_TASK, ident, "") for ident, _ in sessions]
+    order = {prompt.id: index for index, prompt in enumerate(sample_prompts(heads, None, seed))}
+    sessions.sort(key=lambda session: order[session[0]])
+    turns = [Prompt(AGENT_TASK, ident, text) for _, session in sessions for ident, text in session]
+    if n is not None and n > len(turns):
+        raise ConfigError(f"n={n} but agent has only {len(turns)} turns: use n <= that")
+    return turns if n is None else turns[:n]
 
 
 def _load_source(source: PromptSource, max_prompt_chars: int | None) -> list[Prompt]:

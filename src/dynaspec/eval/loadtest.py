@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from dynaspec.models.arguments import (
     counts,
     fast_choice_line,
     fast_options,
+    float_in,
     int_at_least,
     load_from_arguments,
 )
@@ -64,6 +66,14 @@ def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-batch", type=int_at_least(1), default=4)
     p.add_argument("--prompt-lookup", type=int_at_least(1), default=None, metavar="N")
+    p.add_argument(
+        "--suffix-cache",
+        type=float_in(0.0, math.inf),
+        default=64.0,
+        metavar="MB",
+        help="the server's suffix cache, as serve's (0: off); one server serves every "
+        "--clients count in turn, so with the cache on, measure one count per run",
+    )
     p.add_argument("--no-draft", action="store_true", help="serve the target alone")
     p.add_argument("--schedule", default=DEFAULT_SCHEDULE, choices=tuple(SCHEDULES))
     p.add_argument("--num-assistant-tokens", type=int_at_least(1), default=20)
@@ -128,7 +138,13 @@ def run_loadtest(args: argparse.Namespace) -> int:
         print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
     target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
     name = model_name(args)
-    config = ServeConfig(model_name=name, port=0, max_batch=args.max_batch, max_queue=64)
+    config = ServeConfig(
+        model_name=name,
+        port=0,
+        max_batch=args.max_batch,
+        max_queue=64,
+        suffix_cache_mb=args.suffix_cache,
+    )
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     with in_thread(app) as url:
         results = _runs(url, name, counts, prompts, args, token_ids=not args.no_compare)
