@@ -178,3 +178,12 @@ def test_memory_per_token_is_a_few_arrays_bytes() -> None:
     for n in range(50):
         cache.add([(n * 7919 + i * 104729) % 150000 for i in range(2000)])
     assert cache.nbytes() <= 60 * 50 * 2001
+
+
+def test_generate_refuses_what_is_not_a_cache() -> None:
+    from dynaspec.drafters.suffix_cache import as_scope
+
+    with pytest.raises(ConfigError, match="dynaspec.SuffixCache"):
+        as_scope({"size_mb": 64})  # type: ignore[arg-type]
+    cache = SuffixCache()
+    assert as_scope(cache).key == "default" and as_scope(cache.scope("a")).key == "a"

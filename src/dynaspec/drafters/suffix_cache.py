@@ -136,7 +136,14 @@ class SuffixScope:
 
 def as_scope(cache: SuffixCache | SuffixScope | None) -> SuffixScope | None:
     """A cache as its default scope; a scope as it is."""
-    return cache.scope(DEFAULT_SCOPE) if isinstance(cache, SuffixCache) else cache
+    if cache is None or isinstance(cache, SuffixScope):
+        return cache
+    if isinstance(cache, SuffixCache):
+        return cache.scope(DEFAULT_SCOPE)
+    raise ConfigError(
+        f"suffix_cache must be a dynaspec.SuffixCache (or cache.scope(key)), got "
+        f"{type(cache).__name__}: make one with dynaspec.SuffixCache(size_mb=64)"
+    )
 
 
 def keep_newest(index: ScopeIndex, budget: int) -> ScopeIndex:
