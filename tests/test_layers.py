@@ -23,6 +23,7 @@ RANKS = {
     "backends": 2,
     "drafters": 2,
     "mismatch": 2.5,  # a greedy divergence: a tie or a bug (one target forward)
+    "request": 2.8,  # one sequence's Request, built for every entry point below the CLI
     "batch": 3,  # generate() over a batch (input_ids (B, T)); generation dispatches to it
     "continuous": 3.2,  # rows that join and leave a running batch (serve/ builds on it)
     "generation": 3.5,

@@ -1,9 +1,10 @@
 """`dynaspec.generate` over a batch: input_ids of shape (B, T), left-padded as transformers
 pads for generation (`tokenizer.padding_side = "left"`), with the matching attention_mask.
 
-Every row gets what one sequence gets (its own policy, sampler, processors, stopping criteria
-and stats) and the models run each round's forwards for all rows at once (core/batch_loop.py,
-backends/hf_batch.py, drafters/batch.py). `sequences` is (B, T + new): each row's padded
+Every row gets what one sequence gets (its own Request, dynaspec/request.py: its sampler,
+processors, stopping criteria and streamer; its own policy and stats) and the models run each
+round's forwards for all rows at once (core/batch_loop.py, backends/hf_batch.py,
+drafters/batch.py). `sequences` is (B, T + new): each row's padded
 prompt, its new tokens, then `pad_token_id` after its end, as transformers' batched generate
 returns it. With output_scores/output_logits, `scores`/`logits` hold one (B, V) tensor per
 step, as transformers returns a batch's: row r of step i is the row's own (1, V) row while it
@@ -14,7 +15,6 @@ for sure, so `compute_transition_scores` gives it a log-probability of 0).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +26,7 @@ from dynaspec.backends.row_adapters import RowAdapters, own_adapter
 from dynaspec.backends.static import StaticAdapter
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
-from dynaspec.compat.processing import build_stopping, full_processor_list, short_name
-from dynaspec.compat.records import SamplingConfig
-from dynaspec.compat.settings import pad_token_id, resolve_settings
+from dynaspec.compat.settings import pad_token_id
 from dynaspec.compat.validation import (
     check_batch,
     check_call_arguments,
@@ -38,17 +36,16 @@ from dynaspec.compat.validation import (
 )
 from dynaspec.core.batch_loop import decode_batch
 from dynaspec.core.config import SpecConfig
-from dynaspec.core.emission import Emission
 from dynaspec.core.loop import GenerateOutput
 from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, LookaheadPolicy
+from dynaspec.core.request import Request
 from dynaspec.core.row import Row
-from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
-from dynaspec.drafters import lookup_config, make_drafter
+from dynaspec.drafters import make_drafter
 from dynaspec.drafters.batch import BatchDrafter
 from dynaspec.drafters.rows import RowDrafters
-from dynaspec.drafters.suffix_cache import SuffixScope, as_scope
+from dynaspec.drafters.suffix_cache import SuffixScope
 from dynaspec.errors import (
     IncompatibleModelsError,
     InsufficientMemoryError,
@@ -58,23 +55,7 @@ from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
 from dynaspec.policies import make_policy
 from dynaspec.policies.batch import PerRow
 from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
-
-# generate()'s own keywords that a batch call reads (besides the models and input_ids).
-BATCH_OPTIONS = (
-    "seed",
-    "seed_mode",
-    "streamer",
-    "policy",
-    "prompt_lookup_num_tokens",
-    "max_matching_ngram_size",
-    "generation_config",
-    "logits_processor",
-    "stopping_criteria",
-    "tokenizer",
-    "assistant_tokenizer",
-    "cross_tokenizer",
-    "suffix_cache",
-)
+from dynaspec.request import CallOptions, make_request, resolve_call
 
 
 def is_batch(input_ids: Any) -> bool:
@@ -87,64 +68,48 @@ def generate_batch(
     draft: Any,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    spec: SpecConfig,
-    options: dict[str, Any],
-    kwargs: dict[str, Any],
+    options: CallOptions,
+    started: float,
 ) -> GenerateOutput:
-    """generate() for (B, T) input_ids; `options` are generate()'s own keywords (seed,
-    streamer, policy, prompt lookup, generation_config, logits_processor, stopping_criteria,
-    tokenizer, assistant_tokenizer, cross_tokenizer), `kwargs` transformers' generation
-    keywords."""
-    started = time.time()
-    ids, mask = check_batch(input_ids, attention_mask, kwargs.get("pad_token_id"))
+    """generate() for (B, T) input_ids: the call's options typed (CallOptions), a Request
+    per row (dynaspec/request.py); started: time.time() at the call's start."""
+    ids, mask = check_batch(input_ids, attention_mask, options.keywords.get("pad_token_id"))
     streamers, policy = check_row_options(len(ids), options)
     _refuse(target, draft)
-    texts = draft_texts(target, draft, options.get("tokenizer"), options.get("assistant_tokenizer"))
+    texts = draft_texts(target, draft, options.tokenizer, options.assistant_tokenizer)
     target_batch = batch_adapter(target)
     draft_batch = batch_adapter(draft) if draft is not None and texts is None else None
-    settings = resolve_settings(
-        kwargs,
-        target,
-        options.get("generation_config"),
-        ids.shape[1],
-        options.get("seed"),
-        target_batch.vocab_size,
-        options.get("seed_mode", "keyed"),
-    )
-    method = check_text_options(
-        texts, settings.sampling.do_sample, options.get("cross_tokenizer", "auto")
-    )
-    limits = settings.limits
+    call = resolve_call(target, options, ids.shape[1], target_batch.vocab_size, started)
+    do_sample = call.settings.sampling.do_sample
+    method = check_text_options(texts, do_sample, options.cross_tokenizer)
+    limits = call.settings.limits
     check_batch_pair(target_batch, draft_batch)
     check_token_ids(ids, target_batch.vocab_size)
     ids, mask = ids.to(target_batch.device), mask.to(target_batch.device)
     check_cache_memory((target_batch, draft_batch), len(ids), ids.shape[1] + limits.max_new_tokens)
-    criteria = build_stopping(
-        limits, options.get("tokenizer"), options.get("stopping_criteria"), started
-    )
-    rows = [_row(ids, mask, index, spec, settings, options, criteria) for index in range(len(ids))]
-    for row, streamer in zip(rows, streamers, strict=True):
-        row.streamer = streamer
-    lookup = lookup_config(
-        options.get("prompt_lookup_num_tokens"),
-        options.get("max_matching_ngram_size"),
-        spec,
-    )
-    suffix = as_scope(options.get("suffix_cache"))
-    sources = DraftSources(draft, draft_batch, lookup, texts, method, suffix)
+    requests = [
+        make_request(
+            call, ids[i : i + 1], pads=int((mask[i] == 0).sum()), row=i, rows=len(ids), streamer=one
+        )
+        for i, one in enumerate(streamers)
+    ]
+    rows = [request.row() for request in requests]
+    suffix = options.suffix()
+    sources = DraftSources(draft, draft_batch, options.lookup(), texts, method, suffix)
     drafter = sources.drafter(target_batch.vocab_size, limits.eos_token_ids)
     with torch.inference_mode():
         if policy is None:
             cost = draft_cost_ratio(target, draft)
             shared = shares_forwards(target_batch, drafter)
             packed = target_batch.packs_rows
-            policy = batch_policy(spec, len(rows), cost, packed, fixed=True, shared=shared)
+            policy = batch_policy(options.spec, len(rows), cost, packed, fixed=True, shared=shared)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     if suffix is not None:  # the rows share one index
         for row in rows:
             suffix.add(row.committed[row.pads :].tolist())
-    pad = pad_token_id(target, given=kwargs.get("pad_token_id"), eos_token_ids=limits.eos_token_ids)
-    output = _output(rows, ids.shape[1], 0 if pad is None else pad, wall, criteria)
+    given = options.keywords.get("pad_token_id")
+    pad = pad_token_id(target, given=given, eos_token_ids=limits.eos_token_ids)
+    output = _output(requests, rows, ids.shape[1], 0 if pad is None else pad, wall)
     return outside_inference_mode(output)  # the caller's own tensors, as transformers' are
 
 
@@ -181,12 +146,12 @@ def shares_forwards(target: BatchModelAdapter, drafter: Any) -> bool:
     return not isinstance(target, RowAdapters) and not isinstance(drafter, RowDrafters)
 
 
-def check_row_options(rows: int, options: dict[str, Any]) -> tuple[list[Any], BatchPolicy | None]:
+def check_row_options(rows: int, options: CallOptions) -> tuple[list[Any], BatchPolicy | None]:
     """A batch's per-row options: `streamer=` a sequence of one streamer (or None) per row,
     `policy=` a BatchPolicy or a sequence of one LookaheadPolicy per row (UnsupportedOptionError
     otherwise, saying what to pass). Returns the streamers and the batch policy (None: the
     schedule's)."""
-    streamer, policy = options.get("streamer"), options.get("policy")
+    streamer, policy = options.streamer, options.policy
     per_row = f"a list of {rows} (one per row, in row order)"
     if streamer is None:
         streamers: list[Any] = [None] * rows
@@ -323,62 +288,18 @@ def batch_drafter(
     return BatchDrafter(draft, lookup, vocab_size, eos_token_ids, suffix)
 
 
-def _row(
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    index: int,
-    spec: SpecConfig,
-    settings: Any,
-    options: dict[str, Any],
-    criteria: Sequence[Any],
-) -> Row:
-    """Row `index` with its own policy, sampler (its own random stream) and stop rules."""
-    prompt = ids[index : index + 1]  # (1, T) with its left padding, as transformers sees it
-    sampling = settings.sampling.for_row(index, len(ids))
-    pads = int((mask[index] == 0).sum())
-    return new_row(prompt, pads, settings, criteria, options.get("logits_processor"), sampling)
-
-
-def new_row(
-    prompt: torch.Tensor,
-    pads: int,
-    settings: Any,
-    criteria: Sequence[Any],
-    custom: Sequence[Any] | None = None,
-    sampling: SamplingConfig | None = None,
-) -> Row:
-    """A row for `prompt` (1, T), its first `pads` tokens left padding: its processors (the
-    settings' and the caller's `custom` ones), its sampler (`sampling`, default the
-    settings'), its stop rules (`criteria`) and room for its new tokens."""
-    limits, width = settings.limits, prompt.shape[1]
-    processors = full_processor_list(
-        settings.sampling, settings.processors, custom, prompt, width, limits, pads
-    )
-    sampler = TokenSampler(
-        sampling or settings.sampling, device=prompt.device, processors=processors, offset=pads
-    )
-    return Row(
-        tokens=prompt.new_empty(width + limits.max_new_tokens),
-        pads=pads,
-        sampler=sampler,
-        emission=Emission.needed(criteria, settings.outputs),
-        limits=limits,
-        stats=GenerationStats(prompt_tokens=width),
-    )
-
-
 def _output(
-    rows: list[Row], width: int, pad: int, wall: float, criteria: Sequence[Any]
+    requests: list[Request], rows: list[Row], width: int, pad: int, wall: float
 ) -> GenerateOutput:
     """(B, T + new) sequences padded after each row's end; the rows' stats, and all of
     them as one GenerationStats (every row's rounds, the call's wall time)."""
     longest = max(row.length for row in rows)
     sequences = rows[0].tokens.new_full((len(rows), longest), pad)
-    for index, row in enumerate(rows):
+    for index, (request, row) in enumerate(zip(requests, rows, strict=True)):
         sequences[index, : row.length] = row.committed
         row.stats.wall_time_s = wall
-        row.stats.do_sample = row.sampler.config.do_sample
-        row.stats.processors = tuple(short_name(p) for p in [*row.sampler.processors, *criteria])
+        row.stats.do_sample = request.do_sample
+        row.stats.processors = request.processor_names
     stats = GenerationStats(
         prompt_tokens=sum(row.stats.prompt_tokens for row in rows),
         rounds=[record for row in rows for record in row.stats.rounds],

@@ -36,15 +36,13 @@ from dynaspec.batch import (
     batch_policy,
     check_batch_pair,
     draft_texts,
-    new_row,
     shares_forwards,
 )
-from dynaspec.compat.processing import build_stopping
-from dynaspec.compat.settings import resolve_settings
 from dynaspec.compat.validation import check_text_options, check_token_ids, eos_ids
 from dynaspec.core.batch_loop import batch_round, first_token
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.protocols import BatchPolicy, LookaheadPolicy
+from dynaspec.core.request import Request
 from dynaspec.core.round import Round
 from dynaspec.core.row import Row
 from dynaspec.drafters import lookup_config
@@ -52,6 +50,7 @@ from dynaspec.drafters.batch import DRAFT_SOURCES, BatchDrafter
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
 from dynaspec.errors import ConfigError, InputError
 from dynaspec.policies.batch import PerRow
+from dynaspec.request import CallOptions, make_request, resolve_call
 
 
 @dataclass
@@ -136,25 +135,31 @@ class ContinuousBatch:
         """The target's context: prompt + new tokens of a row must fit in it."""
         return self.target.max_length
 
-    def make_row(
+    def make_request(
         self, prompt: Sequence[int] | torch.Tensor, kwargs: dict[str, Any], tokenizer: Any = None
-    ) -> Row:
-        """A row for `prompt` with transformers' generation keywords `kwargs`
-        (max_new_tokens, do_sample, temperature, top_p, seed (as generate()'s), ...),
-        checked as generate() checks them (ConfigError, InputError). Not joined yet."""
+    ) -> Request:
+        """The Request for `prompt` with transformers' generation keywords `kwargs`
+        (max_new_tokens, do_sample, temperature, top_p, seed and seed_mode (as
+        generate()'s), ...), checked as generate() checks them (ConfigError, InputError)."""
         ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
         if not ids.numel():
             raise InputError("the prompt has no tokens: send at least one")
         check_token_ids(ids, self.target.vocab_size)
-        call = dict(kwargs)
-        seed, seed_mode = call.pop("seed", None), call.pop("seed_mode", "keyed")
-        settings = resolve_settings(
-            call, self.model, None, ids.numel(), seed, self.target.vocab_size, seed_mode
+        keywords = dict(kwargs)
+        seed, seed_mode = keywords.pop("seed", None), keywords.pop("seed_mode", "keyed")
+        options = CallOptions(
+            seed=seed, seed_mode=seed_mode, tokenizer=tokenizer, keywords=keywords
         )
+        call = resolve_call(self.model, options, ids.numel(), self.target.vocab_size, time.time())
         if self.texts is not None:  # what such a draft cannot do, as generate() refuses it
-            check_text_options(self.texts, settings.sampling.do_sample, self.method)
-        criteria = build_stopping(settings.limits, tokenizer, None, time.time())
-        return new_row(ids[None], 0, settings, criteria)
+            check_text_options(self.texts, call.settings.sampling.do_sample, self.method)
+        return make_request(call, ids[None])
+
+    def make_row(
+        self, prompt: Sequence[int] | torch.Tensor, kwargs: dict[str, Any], tokenizer: Any = None
+    ) -> Row:
+        """A row for `prompt` (its `make_request`'s), not joined yet."""
+        return self.make_request(prompt, kwargs, tokenizer).row()
 
     def joining(
         self,
