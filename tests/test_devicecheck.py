@@ -155,6 +155,7 @@ def test_graph_variant_of_a_tiny_pair_runs_on_cpu_through_the_seam(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(graphs, "BATCH_SIZES", (1, 4))
+    monkeypatch.setattr(graphs, "RUN_SIZES", (1, 2))
     pair = next(p for p in DRY_RUN_PAIRS if "qwen2.5-1.5b" in p.name)
     prompt = torch.randint(0, 500, (1, 12), generator=torch.Generator().manual_seed(0))
     result = graphs.graph_variant(pair, prompt, _small_settings(), devicecheck.Progress(600.0))
@@ -167,6 +168,10 @@ def test_graph_variant_of_a_tiny_pair_runs_on_cpu_through_the_seam(
     batch = result["batch"]
     assert batch["sizes"] == [1, 4] and batch["widths"] == list(graphs.BATCH_WIDTHS)
     assert all(t > 0 for row in batch["verify_s"].values() for t in row.values())
+    assert set(batch["runs"]) == {"1", "2"}
+    for run in batch["runs"].values():
+        ratio = run["adaptive_tok_s"] / run["alone_tok_s"]
+        assert run["adaptive_over_alone"] == pytest.approx(ratio) and ratio > 0
 
 
 def test_graph_variant_skips_a_pair_without_a_static_path() -> None:

@@ -15,7 +15,11 @@ Per pair, with random weights of the real shapes:
   measured above;
 - batches (`batch_costs`): a forward of B rows x n tokens for B = 1..32 and n = 1, 2, 4, 8,
   the target's and the draft's one-token forward, through the static batch adapter (batches
-  run without graphs: the measurement says what a graphed batch path would have to beat).
+  run without graphs: the measurement says what a graphed batch path would have to beat);
+  and (`batch_runs`) whole batched decodes at B = 1, 4, 16, 32, the target alone against
+  `adaptive` with the pair's draft: with random weights the draft never agrees with the
+  target, so this measures what the rule costs where drafting cannot pay (the issue's goal:
+  never below 0.97x of the target alone).
 
 On the CPU (`--dry-run`) the same code runs with the graphs' seam as an identity.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -80,6 +85,10 @@ def graph_variant(
     if progress.left() > 0:
         progress.log(f"{pair.name}: batches of {BATCH_SIZES[0]}-{BATCH_SIZES[-1]} rows")
         result["batch"] = batch_costs(target, draft, prompt, settings.cost_reps)
+    if progress.left() > 0:
+        progress.log(f"{pair.name}: batched decodes, alone and adaptive")
+        dry_run = settings.device == "cpu"
+        result["batch"]["runs"] = batch_runs(target, draft, prompt, dry_run)
     return result
 
 
@@ -184,3 +193,39 @@ def batch_costs(target: Any, draft: Any, prompt: torch.Tensor, reps: int) -> dic
             draft_batched.begin(prompt[:, :1], torch.ones_like(prompt[:, :1]))
     return {"sizes": list(BATCH_SIZES), "widths": list(BATCH_WIDTHS), "verify_s": verify,
             "draft_step_s": draft_step, "graphs": False}  # fmt: skip
+
+
+RUN_SIZES = (1, 4, 16, 32)  # batch sizes of the whole decodes
+RUN_TOKENS = (8, 32)  # new tokens of the short and the long decode (dry run: halved)
+
+
+def batch_runs(
+    target: Any, draft: Any, prompt: torch.Tensor, dry_run: bool
+) -> dict[str, dict[str, float]]:
+    """Per batch size: tokens a second of the target alone and of `adaptive` with `draft`
+    (the slope over a short and a long decode, so the prefills cancel), and their ratio."""
+    lengths = tuple(n // 2 for n in RUN_TOKENS) if dry_run else RUN_TOKENS
+    runs: dict[str, dict[str, float]] = {}
+    for rows in RUN_SIZES:
+        ids = prompt.expand(rows, -1)
+        alone_s, _ = _slope(partial(_decode, target, None, ids), target.device, lengths)
+        adaptive_s, _ = _slope(partial(_decode, target, draft, ids), target.device, lengths)
+        runs[str(rows)] = {
+            "alone_tok_s": rows / alone_s,
+            "adaptive_tok_s": rows / adaptive_s,
+            "adaptive_over_alone": alone_s / adaptive_s,
+        }
+    return runs
+
+
+def _decode(target: Any, draft: Any, ids: torch.Tensor, new_tokens: int) -> Any:
+    """One batched greedy decode of `ids` (B, T), `adaptive` where `draft` is given."""
+    return generate(
+        target,
+        draft,
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        num_assistant_tokens_schedule="adaptive",
+        eos_token_id=[],
+    )

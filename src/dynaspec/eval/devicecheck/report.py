@@ -178,4 +178,24 @@ def _graph_lines(record: dict[str, Any]) -> list[str]:
             cells = [_ms(times[str(n)]) for n in widths] + [_ms(batch["draft_step_s"][str(size)])]
             lines.append(f"| {size} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += _run_lines(name, batch.get("runs"))
     return lines
+
+
+def _run_lines(name: str, runs: dict[str, Any] | None) -> list[str]:
+    """Whole batched decodes: the target alone and adaptive beside a draft that never agrees."""
+    if not runs:
+        return []
+    lines = [
+        f"Batched decodes, {name}: tokens/s of the target alone and of `adaptive` with the "
+        "random-weight draft (it never agrees: what the rule costs where drafting cannot pay)",
+        "",
+        "| B | alone tok/s | adaptive tok/s | adaptive / alone |",
+        "|---|---|---|---|",
+    ]
+    for size, run in runs.items():
+        lines.append(
+            f"| {size} | {run['alone_tok_s']:.0f} | {run['adaptive_tok_s']:.0f} | "
+            f"{run['adaptive_over_alone']:.2f}x |"
+        )
+    return lines + [""]
