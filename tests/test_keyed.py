@@ -408,3 +408,27 @@ def test_a_draft_with_another_tokenizer_keeps_the_target_alone_text() -> None:
     assert accepted > 0
     with pytest.raises(UnsupportedOptionError, match="greedy|do_sample=False"):
         dynaspec.generate(target, draft, ids, seed=0, cross_tokenizer="string", **texts, **kwargs)
+
+
+def test_a_batch_row_drafted_by_another_tokenizer_drafts_as_alone() -> None:
+    """In a left-padded batch the other-tokenizer draft sees its row without padding, and
+    proposes with the keys of the row's own positions: the same rounds as the row alone."""
+    from test_cross_tokenizer import bytes_tokenizer, permuted_copy, permuted_tokenizer
+
+    permuted, to_base = permuted_tokenizer()
+    target = tiny_model("llama", vocab_size=257, hidden_size=32)
+    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    rows = [[72, 101, 108, 108, 111, 32, 119], [65, 66]]
+    ids, mask = padded(rows)
+    kwargs = {"do_sample": True, "temperature": 1.3, "max_new_tokens": 12, "seed": [4, 8],
+              "num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
+              "tokenizer": bytes_tokenizer(), "assistant_tokenizer": permuted}  # fmt: skip
+    out = dynaspec.generate(target, draft, ids, attention_mask=mask, **kwargs)
+    for index, row in enumerate(rows):
+        alone = dynaspec.generate(target, draft, torch.tensor([row]),
+                                  **{**kwargs, "seed": kwargs["seed"][index]})  # fmt: skip
+        new = alone.sequences[0, len(row) :].tolist()
+        assert out.sequences[index, ids.shape[1] : ids.shape[1] + len(new)].tolist() == new
+        assert [(r.num_drafted, r.num_accepted) for r in out.row_stats[index].rounds] == [
+            (r.num_drafted, r.num_accepted) for r in alone.stats.rounds
+        ]

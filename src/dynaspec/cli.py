@@ -19,6 +19,7 @@ from typing import Any
 
 from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS, cross_tokenizer_method
 from dynaspec.core.config import DEFAULT_SCHEDULE
+from dynaspec.core.keyed import SEED_MODES
 from dynaspec.errors import DynaspecError
 from dynaspec.models.arguments import (
     add_fast_arguments,
@@ -187,8 +188,16 @@ def _add_generation_settings(p: argparse.ArgumentParser) -> None:
         "--seed",
         type=int,
         default=None,
-        help="with --sample: seed (default: random; repeats exactly with a fixed --schedule, "
-        "not adaptive, whose rounds follow measured times)",
+        help="with --sample: seed (default: random). It fixes the text: the target alone's "
+        "with that seed, whatever drafts it (see --seed-mode)",
+    )
+    p.add_argument(
+        "--seed-mode",
+        choices=SEED_MODES,
+        default="keyed",
+        help="what --seed means: keyed (default), noise keyed by seed, position and token, and "
+        "drafts verified by coupling; stream, a seeded random stream and rejection sampling, "
+        "which repeats only with a fixed --schedule",
     )
     p.add_argument(
         "--repetition-penalty",
@@ -332,6 +341,7 @@ def run_generate(args: argparse.Namespace) -> int:
         assistant_confidence_threshold=args.threshold,
         num_assistant_tokens_schedule=args.schedule,
         seed=args.seed,
+        seed_mode=args.seed_mode,
         tokenizer=tokenizer,
         assistant_tokenizer=models.draft_tokenizer,
         cross_tokenizer=args.cross_tokenizer_method,

@@ -19,6 +19,7 @@ device's name, so the two never repeat each other's draws.
 
 from __future__ import annotations
 
+import copy
 import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -112,6 +113,16 @@ class TokenSampler:
         if self.keyed_seed is not None:  # the same keys the target's check uses
             return self.keyed(scores[None], tokens.numel() + len(drafted))[0], probs
         return self.pick(scores, probs), probs
+
+    def unpadded(self) -> TokenSampler:
+        """This sampler for the sequence's tokens without their left padding (offset 0): a
+        drafter that sees a batch row as it would alone. It shares the processors, streams
+        and noise rows (keyed by the same absolute positions)."""
+        if not self.offset:
+            return self
+        twin = copy.copy(self)
+        twin.offset = 0
+        return twin
 
     @property
     def keyed_seed(self) -> int | None:

@@ -88,7 +88,7 @@ class RowDrafters:
                     offer,
                     plan,
                     RowStopper(stopper, row),
-                    samplers[row],
+                    samplers[row].unpadded(),  # the row's tokens without their padding
                     eos_token_ids[row],
                 )
             )
