@@ -344,9 +344,11 @@ def make_fast(
 ) -> Any:
     """`model` itself when no option is set, else a `StaticAdapter` that owns its weights.
 
-    static: a static KV cache with bf16 or float32 weights prepacked for oneDNN (on CPU the
-    fastest unquantized path measured); compile: torch.compile the forwards (the model's own bf16
-    weights: prepacked ones do not trace); quantize: "int8", "w8a8" or "w4a8".
+    static: a static KV cache with bf16 weights on dynaspec's row-invariant kernel (bit-exact:
+    docs/design/fast-path.md) or, where it does not run, float32 or bf16 weights prepacked for
+    oneDNN (on CPU the fastest unquantized path measured); compile: torch.compile the
+    forwards (the model's own bf16 weights: prepacked ones do not trace); quantize: "int8",
+    "w8a8" or "w4a8".
     `draft`: the model only drafts, so int8 keeps no dense codes for verification (they cost
     2 bytes a weight) and w4a8 puts every layer in 4 bits (`FastConfig.int4_everywhere`).
     The adapter keeps no reference to `model` itself, only to the parts it runs, so that

@@ -188,8 +188,9 @@ def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
     parser.add_argument(
         "--static",
         action="store_true",
-        help="static KV cache and weights prepacked for oneDNN (bf16, or float32 on a CPU "
-        "without native bf16); Llama/Qwen2-style models. The target's own output",
+        help="static KV cache; bf16 weights on dynaspec's bit-exact kernel (AVX512-BF16: "
+        "speculative output equals the target alone's bit for bit), else prepacked for "
+        "oneDNN (float32 on a CPU without native bf16); Llama/Qwen2-style models",
     )
     parser.add_argument(
         "--compile",

@@ -4,7 +4,7 @@ The choice is made per machine class, from the committed benchmark records (medi
 held-out prompts, against the eager target alone on the same machine):
 
 - CPU with native bf16 (AVX512-BF16 or AMX, which come with AVX512-VNNI) that builds the
-  w4a8 kernel: the static path (bf16 weights prepacked for oneDNN), the draft in 4 bits and
+  w4a8 kernel: the static path (bf16 weights on the bit-exact kernel), the draft in 4 bits and
   prompt lookup (32) under `adaptive`: 5.54x (benchmarks/speed/avx512-2026-12-06,
   `fast-hybrid-w4a8`); the default before it (the transformers target with the same draft,
   no lookup) ran 1.83-4.62x, and on grounded prompts the static target ran ahead of the

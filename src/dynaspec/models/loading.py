@@ -155,7 +155,7 @@ def load_model(
 
     With `static`, `compile` or `quantize` the model comes back as a fast model adapter
     (dynaspec.backends.static.StaticAdapter) that `generate` takes as the target or the
-    draft: a static KV cache and bf16 weights prepacked for oneDNN (`static=True`), forwards
+    draft: a static KV cache and bf16 weights on the bit-exact kernel (`static=True`), forwards
     compiled with torch.compile (`compile=True`), weight-only int8/int4 linear layers
     (`quantize="int8"`). It exposes `config`, `generation_config`, `device` and
     `compile_time_s`; the transformers model itself is released. Llama/Qwen2-style only.
