@@ -159,6 +159,30 @@ def make_request(
     )
 
 
+def drafting_request(
+    tokens: torch.Tensor,
+    sampler: TokenSampler,
+    drafter: Drafter | None,
+    policy: LookaheadPolicy,
+    eos_token_ids: tuple[int, ...] = (),
+) -> Request:
+    """The Request of a sequence another engine decodes (a vLLM proposer's): the engine
+    samples, verifies and stops it, dynaspec drafts for it. tokens: (T,) its committed tokens
+    when first seen; sampler: the proposer's; its limits are the engine's, only the EOS ids
+    (copies end before them) are dynaspec's."""
+    return Request(
+        prompt=tokens.view(1, -1),
+        pads=0,
+        limits=LimitsConfig(eos_token_ids=eos_token_ids),
+        sampler=sampler,
+        criteria=(),
+        emission=None,
+        processor_names=(),
+        drafter=drafter,
+        policy=policy,
+    )
+
+
 @dataclass(frozen=True)
 class Models:
     """A sequence's models as adapters, checked as a pair."""

@@ -21,16 +21,19 @@ import torch
 
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.compat.records import SamplingConfig
-from dynaspec.core.protocols import LookaheadPolicy
+from dynaspec.core.protocols import Drafter, LookaheadPolicy
+from dynaspec.core.request import Request
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.drafters.draft_model import ModelDrafter
-from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, match_for
+from dynaspec.drafters import make_drafter
+from dynaspec.drafters.prompt_lookup import LookupConfig, match_for
 from dynaspec.errors import ConfigError
-from dynaspec.integrations.vllm.requests import Request, RequestTracker, Row, Sent
+from dynaspec.integrations.vllm.requests import Request as Tracked
+from dynaspec.integrations.vllm.requests import RequestTracker, Row, Sent
 from dynaspec.integrations.vllm.settings import ProposerSettings
 from dynaspec.integrations.vllm.steps import StepCost, request_round, step_round
 from dynaspec.policies import AdaptivePolicy, make_policy
 from dynaspec.policies.lookup_acceptance import LookupAcceptance
+from dynaspec.request import drafting_request
 
 
 class DynaspecProposer:
@@ -49,10 +52,11 @@ class DynaspecProposer:
         self.clock = clock  # seconds; steps are timed between propose() calls
         self.tracker = RequestTracker(capacity=max(4 * settings.max_num_seqs, 64))
         # adaptive: one set of estimates for the engine (its costs are the batch's); any
-        # other schedule keeps its own state per request (`Request.policy`)
+        # other schedule keeps its own state per request (the tracked request's `policy`)
         self.shared = AdaptivePolicy(settings.num_speculative_tokens)
         self.adaptive = settings.schedule == "adaptive"
         self._last_end: float | None = None  # when the previous propose() returned
+        self.sampler = TokenSampler(SamplingConfig())  # greedy: vLLM takes no draft probs
         self._cost = StepCost()  # what it did
         self.stats = ProposerStats()
 
@@ -80,7 +84,7 @@ class DynaspecProposer:
                 drafts.append([])
                 continue
             self.stats.requests += row.new
-            sent, used, fed = self.draft(row, self.policy(row.request))
+            sent, used, fed = self.draft(row, self.sequence(row))
             forwards, catchup = forwards + used, max(catchup, fed)
             self.tracker.file(row, sent)
             drafts.append(list(sent.tokens))
@@ -105,12 +109,32 @@ class DynaspecProposer:
         }
 
     # ---- what a proposer adds ------------------------------------------------------------
-    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
-        """The proposal for one row, the draft forwards it ran and its catch-up."""
+    def draft(self, row: Row, sequence: Request) -> tuple[Sent, int, int]:
+        """The proposal for one row (its request's `sequence`), the draft forwards it ran and
+        its catch-up."""
+        raise NotImplementedError
+
+    def new_drafter(self, tokens: torch.Tensor) -> Drafter | None:
+        """The drafter of a request first seen with the committed `tokens` (T,)."""
         raise NotImplementedError
 
     # ---- shared -------------------------------------------------------------------------
-    def policy(self, request: Request) -> LookaheadPolicy:
+    def sequence(self, row: Row) -> Request:
+        """The row's request as dynaspec's Request (made on first sight: its drafter, policy
+        and the proposer's sampler), as generate() and the batches draft from theirs."""
+        tracked = row.request
+        if tracked.sequence is None:
+            tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
+            tracked.sequence = drafting_request(
+                tokens,
+                self.sampler,
+                self.new_drafter(tokens),
+                self.policy(tracked),
+                self.settings.eos_token_ids,
+            )
+        return tracked.sequence
+
+    def policy(self, request: Tracked) -> LookaheadPolicy:
         """adaptive: the request's view of the shared estimates (RequestPolicy); another
         schedule: the request's own policy."""
         if request.policy is None:
@@ -166,13 +190,17 @@ class LookupProposer(DynaspecProposer):
             max_matching_ngram_size=self.settings.ngram,
             match=match_for(self.settings.schedule),  # as generate() chooses
         )
-        self.lookup = PromptLookupDrafter(
-            config, self.settings.vocab_size, self.settings.eos_token_ids
+        self.lookup = make_drafter(
+            None, self.settings.vocab_size, self.settings.eos_token_ids, config
         )
 
-    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
+    def new_drafter(self, tokens: torch.Tensor) -> Drafter | None:
+        return self.lookup  # one for every request: it keeps nothing of a request
+
+    def draft(self, row: Row, sequence: Request) -> tuple[Sent, int, int]:
         tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
-        options = self.lookup.offer(tokens)
+        policy = sequence.policy
+        options = sequence.drafter.offer(tokens)
         plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
         copied = options.copy[: plan.copy] if options.copy is not None else tokens[:0]
         sent = Sent(
@@ -197,20 +225,26 @@ class DraftModelProposer(DynaspecProposer):
         self.model = model if model is not None else _load_draft(self.settings)
         self.sampler = TokenSampler(SamplingConfig(), _device(self.model))
 
-    def draft(self, row: Row, policy: LookaheadPolicy) -> tuple[Sent, int, int]:
+    def new_drafter(self, tokens: torch.Tensor) -> Drafter | None:
+        """A draft model's drafter of its own (its cache) for a new request, or one forgotten
+        while it was away, with the request's tokens read."""
+        settings = self.settings
+        drafter = make_drafter(HFAdapter(self.model), settings.vocab_size, settings.eos_token_ids)
+        drafter.begin(tokens.view(1, -1))
+        return drafter
+
+    def draft(self, row: Row, sequence: Request) -> tuple[Sent, int, int]:
         tokens = torch.from_numpy(np.asarray(row.tokens, dtype=np.int64))
-        drafter = row.request.drafter
-        if drafter is None:  # a new request, or one forgotten while it was away
-            drafter = row.request.drafter = _new_drafter(self.model, tokens)
+        drafter, policy = sequence.drafter, sequence.policy
         drafter.crop(tokens.numel() - 1)  # its cache: committed tokens only
         options = drafter.offer(tokens)
         plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
         if not plan.model:
             return Sent(self.tracker.step, (), plan), 0, 0
         with torch.inference_mode():  # vLLM's runner calls in inference mode; tests do not
-            proposal = drafter.draft(
-                tokens, plan.model, policy.stopper(plan), self.sampler, self.settings.eos_token_ids
-            )
+            eos = self.settings.eos_token_ids
+            stopper = policy.stopper(plan)
+            proposal = drafter.draft(tokens, plan.model, stopper, sequence.sampler, eos)
         sent = Sent(
             step=self.tracker.step,
             tokens=tuple(proposal.tokens.tolist()),
@@ -253,12 +287,6 @@ def _load_draft(settings: ProposerSettings) -> Any:
         )
     model, _ = load_model(settings.draft, dtype=settings.draft_dtype or DEFAULT_DTYPE)
     return model
-
-
-def _new_drafter(model: Any, tokens: torch.Tensor) -> ModelDrafter:
-    drafter = ModelDrafter(HFAdapter(model))
-    drafter.begin(tokens.view(1, -1))
-    return drafter
 
 
 def _device(model: Any) -> torch.device:

@@ -46,8 +46,10 @@ class Request:
     model's cache lives in `drafter`)."""
 
     sent: Sent | None = None  # the last proposal, until the next step judges it
-    drafter: Any = None  # per-request drafter (a draft model's cache); None for lookup
-    policy: Any = None  # per-request policy (schedules other than adaptive)
+    # dynaspec's Request for it (dynaspec/request.py's drafting_request), made when it is
+    # first drafted for: its drafter (a draft model's cache), policy and sampler
+    sequence: Any = None
+    policy: Any = None  # its policy, made on first use (the adaptive rule's view, or its own)
     steps: int = 0  # steps this request was drafted for
     last_step: int = 0  # the step it was last seen at
 
