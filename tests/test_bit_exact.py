@@ -9,6 +9,7 @@ prepacked layers in the kernel's place: `bf16.KERNEL.supports` patched to False)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
@@ -271,3 +272,23 @@ def test_compare_says_the_outputs_are_identical_and_why() -> None:
     said = compare.describe_divergence(tie, bit_exact=True)
     assert said.startswith("DIFFERENT from new token 3 on") and "Please report" in said
     assert "not a bug" in compare.describe_divergence(tie)
+
+
+@needs_kernels
+def test_a_divergence_from_a_bit_exact_target_is_a_bug_even_at_a_tie(monkeypatch) -> None:
+    """`dynaspec bench`, the load test and --compare classify with classify_mismatch."""
+    from dynaspec import mismatch
+
+    target, _ = _tie_pair()
+    prompt = _tie_prompts()[0]
+    alone = _alone(tuple(prompt[0].tolist()))[0, prompt.shape[1] :].tolist()
+    other = [*alone[:3], (alone[3] + 1) % 256, *alone[4:]]
+    real = mismatch.classify_logits
+
+    def as_a_tie(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), kind="tie")
+
+    monkeypatch.setattr(mismatch, "classify_logits", as_a_tie)
+    assert mismatch.classify_mismatch(target, prompt, alone, other).kind == "BUG"
+    packed = make_fast(_model("qwen2", 256), compile=True)  # not bit-exact: a tie stays one
+    assert not packed.bit_exact

@@ -10,6 +10,7 @@ eps x 2**floor(log2|top|)) of the top logit, the divergence is a ``tie``, anythi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,7 +132,12 @@ def classify_mismatch(
         with torch.inference_mode():
             target.begin(prefix[None], max_length=prefix.numel())
             logits = target.forward(prefix, 1)[0]  # (V,)
-        return classify_logits(logits, position, target_token, method_token, torch_dtype, tie_steps)
+        tokens = (position, target_token, method_token)
+        found = classify_logits(logits, *tokens, torch_dtype, tie_steps)
+        if getattr(target, "bit_exact", False) and found.kind == "tie":
+            # a bit-exact target verifies with its steps' logits: no tie can part the outputs
+            return dataclasses.replace(found, kind="BUG")
+        return found
     device = next(target.parameters()).device
     with torch.inference_mode():
         if _is_encoder_decoder(target):
