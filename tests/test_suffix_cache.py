@@ -187,3 +187,21 @@ def test_generate_refuses_what_is_not_a_cache() -> None:
         as_scope({"size_mb": 64})  # type: ignore[arg-type]
     cache = SuffixCache()
     assert as_scope(cache).key == "default" and as_scope(cache.scope("a")).key == "a"
+
+
+@settings(max_examples=60, deadline=None)
+@given(SEQUENCES, st.integers(0, 5), st.lists(CONTEXT, min_size=1, max_size=5))
+def test_dropping_the_oldest_answers_as_an_index_of_the_rest(sequences, first, contexts):
+    """Cutting the oldest sequences out of the runs gives the answers an index built from
+    the newer ones alone gives."""
+    from dynaspec.drafters.suffix_index import IndexConfig, ScopeIndex
+
+    config = IndexConfig((1, 2, 4), 1000, 16)
+    cut, fresh = ScopeIndex(config), ScopeIndex(config)
+    for sequence in sequences:
+        cut.add(sequence)
+    for sequence in sequences[first:]:
+        fresh.add(sequence)
+    cut._cut(min(first, len(sequences)))
+    for context in contexts:
+        assert cut.lookup(context) == fresh.lookup(context)

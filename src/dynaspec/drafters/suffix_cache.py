@@ -116,8 +116,7 @@ class SuffixCache:
             _, dropped = self._scopes.popitem(last=False)
             total -= dropped.nbytes()
         if total > self.budget and self._scopes:
-            scope, index = next(reversed(self._scopes.items()))
-            self._scopes[scope] = keep_newest(index, self.budget // 2)
+            next(reversed(self._scopes.values())).drop_oldest(self.budget // 2)
 
 
 @dataclass(frozen=True)
@@ -144,25 +143,3 @@ def as_scope(cache: SuffixCache | SuffixScope | None) -> SuffixScope | None:
         f"suffix_cache must be a dynaspec.SuffixCache (or cache.scope(key)), got "
         f"{type(cache).__name__}: make one with dynaspec.SuffixCache(size_mb=64)"
     )
-
-
-def keep_newest(index: ScopeIndex, budget: int) -> ScopeIndex:
-    """A new index of the newest sequences of `index` whose estimate fits `budget` bytes
-    (none, if even the newest does not): the bytes taken as proportional to the tokens, then
-    halved again while the rebuilt index does not fit."""
-    bounds = [*index.starts, index.size]
-    sequences = [index.tokens[s : e - 1].tolist() for s, e in zip(bounds, bounds[1:], strict=False)]
-    share = budget / max(index.nbytes(), 1)
-    while True:
-        allowed, kept = share * index.size, []
-        for sequence in reversed(sequences):
-            allowed -= len(sequence) + 1
-            if allowed < 0:
-                break
-            kept.append(sequence)
-        rebuilt = ScopeIndex(index.config)
-        for sequence in reversed(kept):
-            rebuilt.add(sequence)
-        if rebuilt.nbytes() <= budget or not kept:
-            return rebuilt if kept else ScopeIndex(index.config)
-        share /= 2

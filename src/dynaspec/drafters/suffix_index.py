@@ -104,6 +104,35 @@ class ScopeIndex:
                 merged = np.argsort(hashes, kind="stable")  # older ends first on a tie
                 runs.append((hashes[merged], np.concatenate([older[1], newer[1]])[merged]))
 
+    def drop_oldest(self, budget: int) -> None:
+        """Drops the oldest sequences until the estimate fits `budget` bytes (all of them if
+        even the newest does not): the runs keep their pairs after the cut, still sorted,
+        and the store its tokens, moved to the front; nothing is hashed again."""
+        while self.starts and self.nbytes() > budget:
+            per_token = self.nbytes() / max(self.size, 1)
+            room = budget / per_token  # tokens that fit, at today's bytes per token
+            keep = next(
+                (i for i, start in enumerate(self.starts) if self.size - start <= room),
+                len(self.starts),
+            )
+            self._cut(max(keep, 1))
+
+    def _cut(self, first: int) -> None:
+        """Forgets the sequences before the `first`-th."""
+        cut = self.starts[first] if first < len(self.starts) else self.size
+        kept = self.size - cut
+        tokens = np.empty(max(256, kept + kept // 4), dtype=np.int32)
+        tokens[:kept] = self.tokens[cut : self.size]
+        self.tokens, self.size = tokens, kept
+        self.starts = [start - cut for start in self.starts[first:]]
+        for n, runs in self.runs.items():
+            kept_runs = []
+            for hashes, ends in runs:
+                alive = ends >= cut + n  # (R,) an n-gram wholly after the cut
+                if alive.any():
+                    kept_runs.append((hashes[alive], ends[alive] - cut))
+            self.runs[n] = kept_runs
+
     def _reserve(self, extra: int) -> None:
         if self.size + extra <= self.tokens.size:
             return
