@@ -145,4 +145,5 @@ def test_a_round_serialises_with_asdict() -> None:
         "guess": 0,
         "checked": 0,
         "worth": 1.0,
+        "source": "lookup",
     }
