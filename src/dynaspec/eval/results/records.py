@@ -166,6 +166,33 @@ def method_figures(records: list[dict[str, Any]], pair: str | None) -> tuple[Met
     return tuple(figures)
 
 
+def _cpu_run(
+    suite: str,
+    rel: str,
+    kind: str,
+    machine: dict[str, Any] | None,
+    date: str,
+    sha: str,
+    command: str,
+    table: Table,
+    methods: tuple[MethodFigure, ...] = (),
+) -> Run:
+    """A run whose record names the machine it ran on (`machine_info()`'s dict)."""
+    machine = machine or {}
+    return Run(
+        suite,
+        rel,
+        kind,
+        machine_class(machine),
+        describe_machine(machine),
+        date,
+        sha,
+        command,
+        table,
+        methods,
+    )
+
+
 def _bench(path: Path, suite: str, rel: str) -> Run:
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     run = records[0]["run"]
@@ -187,13 +214,11 @@ def _bench(path: Path, suite: str, rel: str) -> Run:
         for f in figures
     )
     header = ("method", "command", "output", "prompts", "tok/s", "vs eager target", "equal")
-    machine = run.get("machine") or {}
-    return Run(
+    return _cpu_run(
         suite,
         rel,
         "bench",
-        machine_class(machine),
-        describe_machine(machine),
+        run.get("machine"),
         _date(run.get("started_at"), path),
         _sha(run.get("git")),
         run.get("command") or "",
@@ -219,13 +244,11 @@ def _batch(path: Path, suite: str, rel: str) -> Run:
         for (method, size), batches in groups.items()
     )
     header = ("method", "batch size", "batches", "tok/s (all rows, median)", "equal to reference")
-    machine = run.get("machine") or {}
-    return Run(
+    return _cpu_run(
         suite,
         rel,
         "batch",
-        machine_class(machine),
-        describe_machine(machine),
+        run.get("machine"),
         _date(run.get("started_at"), path),
         _sha(run.get("git")),
         run.get("command") or "",
@@ -264,13 +287,11 @@ def _loadtest(path: Path, suite: str, rel: str) -> Run:
         "latency p95 (s)",
         "equal to target alone",
     )
-    machine = record.get("machine") or {}
-    return Run(
+    return _cpu_run(
         suite,
         rel,
         "loadtest",
-        machine_class(machine),
-        describe_machine(machine),
+        record.get("machine"),
         _date(record.get("started_at"), path),
         _sha(record.get("git")),
         _relative_command(record.get("command") or ""),
@@ -290,14 +311,11 @@ def _memory(path: Path, suite: str, rel: str) -> Run:
         (f"`{r['command']}`", f"{r['peak_rss_gb']:.2f}", r["wall"], _sha(r.get("git")))
         for r in records
     )
-    first = records[0]
-    machine = first.get("machine") or {}
-    return Run(
+    return _cpu_run(
         suite,
         rel,
         "memory",
-        machine_class(machine),
-        describe_machine(machine),
+        records[0].get("machine"),
         max(_date(r.get("started_at"), path) for r in records),
         ", ".join(dict.fromkeys(_sha(r.get("git")) for r in records)),
         "benchmarks/memory/run.sh",
@@ -367,13 +385,11 @@ def _cross(path: Path, suite: str, rel: str) -> Run:
     )
     argv = config.get("argv") or []
     command = " ".join(["python -m dynaspec.eval.cross_bench", *argv[1:]]) if argv else ""
-    machine = config.get("machine") or {}
-    return Run(
+    return _cpu_run(
         suite,
         rel,
         "cross",
-        machine_class(machine),
-        describe_machine(machine),
+        config.get("machine"),
         _date(None, path),
         _sha(config.get("git")),
         command,
