@@ -24,6 +24,7 @@ from dynaspec.errors import ConfigError
 
 DEFAULT_SCOPE = "default"
 MAX_TOKEN_ID = 2**31  # the store is int32
+DEFAULT_SIZE_MB = 64.0  # the default budget (generate, serve, loadtest)
 
 
 class SuffixCache:
@@ -34,7 +35,7 @@ class SuffixCache:
 
     def __init__(
         self,
-        size_mb: float = 64.0,
+        size_mb: float = DEFAULT_SIZE_MB,
         max_tokens: int = 16,
         ngram_sizes: Sequence[int] = (2, 4, 8),
         max_occurrences: int = 32,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dynaspec.core.config import DEFAULT_SCHEDULE
+from dynaspec.drafters.suffix_cache import DEFAULT_SIZE_MB
 from dynaspec.errors import ConfigError
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
 from dynaspec.models.arguments import (
@@ -69,7 +70,7 @@ def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--suffix-cache",
         type=float_in(0.0, math.inf),
-        default=64.0,
+        default=DEFAULT_SIZE_MB,
         metavar="MB",
         help="the server's suffix cache, as serve's (0: off); one server serves every "
         "--clients count in turn, so with the cache on, measure one count per run",

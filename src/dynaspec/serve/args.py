@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dynaspec.compat.validation import CROSS_TOKENIZER_METHODS
 from dynaspec.core.config import DEFAULT_SCHEDULE, SpecConfig
+from dynaspec.drafters.suffix_cache import DEFAULT_SIZE_MB
 from dynaspec.errors import DynaspecError, MissingDependencyError
 from dynaspec.models.arguments import (
     add_fast_arguments,
@@ -88,10 +89,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--suffix-cache",
         type=float_in(0.0, math.inf),
-        default=64.0,
+        default=DEFAULT_SIZE_MB,
         metavar="MB",
         help="memory of the suffix cache, which drafts from the text of earlier requests "
-        "(least recently used scopes go first); 0 turns it off (default 64)",
+        "(least recently used scopes go first); 0 turns it off (default %(default)g)",
     )
     p.add_argument(
         "--suffix-scope",

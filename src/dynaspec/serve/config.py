@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dynaspec.drafters.suffix_cache import DEFAULT_SIZE_MB
 from dynaspec.serve.protocol import ServeError
 
 SCOPES = ("key", "user", "shared")  # --suffix-scope (serve/sources.py)
@@ -24,7 +25,7 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20  # larger request bodies: 413
     default_max_tokens: int = 256  # max_tokens when a request leaves it out
     max_tokens_limit: int = 4096  # the most max_tokens a request may ask for
-    suffix_cache_mb: float = 64.0  # the suffix cache's memory (estimated; 0: no cache)
+    suffix_cache_mb: float = DEFAULT_SIZE_MB  # the suffix cache's memory (estimated; 0: no cache)
     suffix_scope: str = "key"  # whose text a request drafts from: "key" (the API key it
     #                            presents), "user" (and its `user` field), "shared" (all)
 
