@@ -4,37 +4,49 @@ With a seed, dynaspec samples with noise keyed by (seed, position, token) and ac
 drafted token exactly when it equals the target's keyed sample (`seed_mode="keyed"`,
 core/keyed.py); `seed_mode="stream"` verifies by rejection sampling. The two follow the
 same distribution; coupling accepts at least (1 - TV) / (1 + TV) where rejection sampling
-accepts 1 - TV. This instrument decodes the same prompts with the same seeds in both modes
-and reports, per mode, the drafted and accepted tokens, the acceptance per drafted token,
-the mean accepted per round and tokens per second, and the ratios keyed / stream; and it
-checks that every keyed text equals the target alone's with its seed.
+accepts 1 - TV. This instrument decodes the same prompts with the same seeds in both modes,
+for every draft source (`model`, `lookup`: prompt lookup alone, `hybrid`), lookahead and
+schedule asked, and reports per setting and in all: the drafted and accepted tokens, the
+acceptance per drafted token, the mean accepted per round, tokens per second, and the ratios
+keyed / stream. It checks that every keyed text equals the target alone's with its seed
+(decoded once per prompt and seed) and counts those that differ: 0 where the target's
+forward is bit-exact (float32, or the static bf16 path: `--fast`); exit status 1 otherwise.
 
     python -m dynaspec.eval.coupling --pair tiny --n 4 --seeds 3 --max-new-tokens 64
-    python -m dynaspec.eval.coupling --pair qwen2.5-coder --task grounded,open-ended,code \\
-        --n 4 --seeds 2 --temperature 0.7 --top-p 0.9 --max-new-tokens 128
+    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --task grounded,open-ended,code \\
+        --n 2 --seeds 2 --temperature 0.7 --top-p 0.9 --max-new-tokens 128 --out t07.json
+    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --modes keyed --seeds 3 \\
+        --source model,lookup,hybrid --lookahead 4,8 --schedule constant,adaptive \\
+        --max-new-tokens 32 --out seeded-runs.json     # 6 x 3 x 12 = 216 keyed runs
 
-A fixed schedule (default `constant`, 5 tokens a round) keeps the drafted tokens per round
-the same in both modes, so the acceptance is compared like for like; `--schedule adaptive`
-reports what the adaptive rule makes of each.
+`--fast` is `dynaspec generate --static --draft-quantize w4a8` (the bf16 target on the
+bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the other
+fast-path flags may be given one by one instead. A fixed schedule (default `constant`)
+keeps the drafted tokens per round the same in both modes, so the acceptance is compared like
+for like; `adaptive` reports what the adaptive rule makes of each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from dynaspec.core.keyed import SEED_MODES
+from dynaspec.errors import ConfigError
 from dynaspec.generation import generate
+
+SOURCES = ("model", "lookup", "hybrid")
 
 
 @dataclass
 class Tally:
-    """One seed mode's totals over every prompt and seed."""
+    """One seed mode's totals over the runs of one setting (or of all)."""
 
     runs: int = 0
     rounds: int = 0  # rounds that drafted
@@ -42,7 +54,7 @@ class Tally:
     accepted: int = 0
     new_tokens: int = 0
     seconds: float = 0.0
-    differs_from_alone: int = 0  # keyed texts unlike the target alone's (must stay 0)
+    differs_from_alone: int = 0  # keyed texts unlike the target alone's (0 when bit-exact)
 
     def add(self, out: Any, seconds: float, prompt_length: int) -> None:
         drafting = [r for r in out.stats.rounds if r.num_drafted]
@@ -53,6 +65,10 @@ class Tally:
         self.new_tokens += out.sequences.shape[1] - prompt_length
         self.seconds += seconds
 
+    def merge(self, other: Tally) -> None:
+        for name in asdict(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def summary(self) -> dict[str, float]:
         return {
             "acceptance": self.accepted / max(self.drafted, 1),
@@ -60,43 +76,173 @@ class Tally:
             "tokens_per_s": self.new_tokens / max(self.seconds, 1e-9),
         }
 
+    def record(self) -> dict[str, Any]:
+        return {**asdict(self), **self.summary()}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to draft: the source, the most tokens a round, the schedule."""
+
+    source: str  # "model", "lookup" (prompt lookup alone) or "hybrid" (both)
+    lookahead: int
+    schedule: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}/{self.schedule}/{self.lookahead}"
+
+    def options(self, draft: Any, prompt_lookup: int) -> tuple[Any, dict[str, Any]]:
+        """(the draft model or None, generate()'s drafting keywords) for this setting."""
+        lookup = {"prompt_lookup_num_tokens": prompt_lookup} if self.source != "model" else {}
+        keywords = {
+            "num_assistant_tokens": self.lookahead,
+            "num_assistant_tokens_schedule": self.schedule,
+            **lookup,
+        }
+        return (None if self.source == "lookup" else draft), keywords
+
+
+@dataclass
+class Measured:
+    """Every setting's tallies per mode, the target alone's, and the keyed runs that differ."""
+
+    settings: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    alone: Tally = field(default_factory=Tally)
+    differences: list[dict[str, Any]] = field(default_factory=list)
+
+    def totals(self) -> dict[str, Tally]:
+        total = {mode: Tally() for mode in SEED_MODES}
+        for tallies in self.settings.values():
+            for mode, tally in tallies.items():
+                total[mode].merge(tally)
+        return total
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first index where two token lists part (the shorter one's length if one is a
+    prefix of the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
 
 def measure(
-    pair: Any, prompts: list[torch.Tensor], seeds: int, settings: dict[str, Any]
-) -> dict[str, Tally]:
-    """Both seed modes over every prompt and seed (the order of the modes turns), and the
-    target alone's keyed text beside each keyed run."""
-    tallies = {mode: Tally() for mode in SEED_MODES}
+    pair: Any,
+    prompts: list[torch.Tensor],
+    seeds: int,
+    sampling: dict[str, Any],
+    settings: list[Setting],
+    modes: tuple[str, ...] = SEED_MODES,
+    prompt_lookup: int = 32,
+) -> Measured:
+    """Each setting in each mode over every prompt and seed (the order of the modes turns),
+    each keyed text compared with the target alone's with that seed (decoded once)."""
+    measured = Measured({s.label: {mode: Tally() for mode in modes} for s in settings})
     for index, ids in enumerate(prompts):
         for seed in range(seeds):
-            modes = SEED_MODES if (index + seed) % 2 == 0 else SEED_MODES[::-1]
-            for mode in modes:
-                start = time.perf_counter()
-                out = generate(pair.target, pair.draft, ids, seed=seed, seed_mode=mode, **settings)
-                tallies[mode].add(out, time.perf_counter() - start, ids.shape[1])
-                if mode == "keyed":
-                    alone = generate(pair.target, None, ids, seed=seed, **settings)
-                    if alone.sequences.tolist() != out.sequences.tolist():
-                        tallies[mode].differs_from_alone += 1
-    return tallies
+            start = time.perf_counter()
+            alone = generate(pair.target, None, ids, seed=seed, **sampling)
+            measured.alone.add(alone, time.perf_counter() - start, ids.shape[1])
+            expected = alone.sequences[0].tolist()
+            for setting in settings:
+                draft, drafting = setting.options(pair.draft, prompt_lookup)
+                turn = modes if (index + seed) % 2 == 0 else modes[::-1]
+                for mode in turn:
+                    start = time.perf_counter()
+                    out = generate(
+                        pair.target, draft, ids, seed=seed, seed_mode=mode, **sampling, **drafting
+                    )
+                    tally = measured.settings[setting.label][mode]
+                    tally.add(out, time.perf_counter() - start, ids.shape[1])
+                    got = out.sequences[0].tolist()
+                    if mode == "keyed" and got != expected:
+                        tally.differs_from_alone += 1
+                        at = first_difference(got, expected) - ids.shape[1]
+                        where = {"prompt": index, "seed": seed, "setting": setting.label}
+                        measured.differences.append({**where, "new_token": at})
+            done = index * seeds + seed + 1
+            print(f"coupling: {done}/{len(prompts) * seeds} prompt-seeds", file=sys.stderr)
+    return measured
+
+
+def _listed(text: str, flag: str, cast: Any = str) -> list[Any]:
+    try:
+        values = [cast(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise ConfigError(f"{flag} {text!r}: give a comma-separated list") from error
+    if not values:
+        raise ConfigError(f"{flag} {text!r}: give at least one value")
+    return values
+
+
+def settings_from(args: argparse.Namespace) -> list[Setting]:
+    """Every (source, lookahead, schedule) the flags ask for, checked."""
+    from dynaspec.policies import SCHEDULES
+
+    sources = _listed(args.source, "--source")
+    lookaheads = _listed(args.lookahead, "--lookahead", int)
+    schedules = _listed(args.schedule, "--schedule")
+    for source in sources:
+        if source not in SOURCES:
+            raise ConfigError(f"--source {source!r}: choose among {', '.join(SOURCES)}")
+    for schedule in schedules:
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule {schedule!r}: choose among {', '.join(SCHEDULES)}")
+    if min(lookaheads) < 1:
+        raise ConfigError(f"--lookahead {args.lookahead!r}: give counts >= 1")
+    return [Setting(s, k, p) for s in sources for k in lookaheads for p in schedules]
+
+
+def modes_from(text: str) -> tuple[str, ...]:
+    modes = tuple(_listed(text, "--modes"))
+    if not modes or any(mode not in SEED_MODES for mode in modes):
+        raise ConfigError(f"--modes {text!r}: choose among {', '.join(SEED_MODES)}")
+    return modes
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="tiny", help="a load_pair preset, or tiny (default)")
+    from dynaspec.models.arguments import add_fast_arguments
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pair", default="tiny", help="a pair preset, or tiny (default)")
     parser.add_argument(
         "--draft-noise", type=float, default=None, help="tiny: the draft's weight noise"
     )
+    parser.add_argument("--dtype", default=None, help="as generate's (default: the machine's)")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="the bit-exact fast path: --static --draft-quantize w4a8 (a bf16 target on the "
+        "static kernels, the draft in 4 bits), as dynaspec generate runs it",
+    )
+    add_fast_arguments(parser)
     parser.add_argument("--task", default="grounded,open-ended,code")
-    parser.add_argument("--n", type=int, default=4, help="prompts per task")
+    parser.add_argument("--n", type=int, default=2, help="prompts per task")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (0, 1, ...)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--schedule", default="constant")
-    parser.add_argument("--lookahead", type=int, default=5, help="num_assistant_tokens")
+    parser.add_argument(
+        "--source", default="model", help="draft sources, comma-separated: model,lookup,hybrid"
+    )
+    parser.add_argument("--schedule", default="constant", help="schedules, comma-separated")
+    parser.add_argument(
+        "--lookahead", default="5", help="num_assistant_tokens values, comma-separated"
+    )
+    parser.add_argument(
+        "--prompt-lookup", type=int, default=32, help="lookup/hybrid: prompt_lookup_num_tokens"
+    )
+    parser.add_argument(
+        "--modes", default=",".join(SEED_MODES), help="seed modes: keyed,stream or keyed alone"
+    )
     parser.add_argument("--out", default=None, help="a JSON file for the record")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.fast:
+        args.static = True
+        args.draft_quantize = args.draft_quantize or "w4a8"
+    return args
 
 
 def _prompts(pair: Any, task: str, n: int) -> list[torch.Tensor]:
@@ -112,46 +258,95 @@ def _prompts(pair: Any, task: str, n: int) -> list[torch.Tensor]:
     ]
 
 
-def _pair(name: str, draft_noise: float | None) -> Any:
-    """The named preset, or the tiny built-in pair (its draft as noisy as asked)."""
-    from dynaspec.models.loading import load_pair
-    from dynaspec.models.tiny import TinyPairConfig, tiny_pair
+def _pair(args: argparse.Namespace) -> Any:
+    """The named preset or the tiny pair (its draft as noisy as asked), on the fast path the
+    flags ask for."""
+    from dynaspec.models.arguments import fast_options
+    from dynaspec.models.loading import load_model_set
+    from dynaspec.models.tiny import TinyPairConfig
 
-    if name != "tiny":
-        return load_pair(name)
-    config = TinyPairConfig() if draft_noise is None else TinyPairConfig(draft_noise=draft_noise)
-    target, draft, tokenizer = tiny_pair(config)
-    return argparse.Namespace(target=target, draft=draft, tokenizer=tokenizer)
+    tiny = None if args.draft_noise is None else TinyPairConfig(draft_noise=args.draft_noise)
+    options = fast_options(args)
+    return load_model_set(args.pair, dtype=args.dtype, threads=args.threads, tiny=tiny, **options)
+
+
+def bit_exact(target: Any) -> bool:
+    """Whether the target alone's keyed text must be met token for token: a static bf16
+    target on the bit-exact kernels, or a float32 one."""
+    if getattr(target, "bit_exact", False):
+        return True
+    dtype = getattr(target, "dtype", None)
+    return dtype == torch.float32
+
+
+def _warm_up(pair: Any, ids: torch.Tensor, settings: list[Setting], prompt_lookup: int) -> None:
+    """One short untimed call of each draft source, so that no timing pays a first call."""
+    sampling = {"do_sample": True, "max_new_tokens": 8}
+    generate(pair.target, None, ids, seed=0, **sampling)
+    for source in {s.source for s in settings}:
+        draft, drafting = Setting(source, 4, "constant").options(pair.draft, prompt_lookup)
+        generate(pair.target, draft, ids, seed=0, **sampling, **drafting)
+
+
+def record_of(measured: Measured, modes: tuple[str, ...]) -> dict[str, Any]:
+    """The per-setting and overall tallies, the ratios keyed / stream where both ran."""
+
+    def block(tallies: dict[str, Tally]) -> dict[str, Any]:
+        out: dict[str, Any] = {mode: tallies[mode].record() for mode in modes}
+        if set(SEED_MODES) <= set(modes):
+            keyed, stream = (tallies[mode].summary() for mode in SEED_MODES)
+            out["keyed_over_stream"] = {k: keyed[k] / max(stream[k], 1e-9) for k in keyed}
+        return out
+
+    return {
+        "settings": {label: block(t) for label, t in measured.settings.items()},
+        "total": block(measured.totals()),
+        "alone": measured.alone.record(),
+        "keyed_runs": measured.totals()["keyed"].runs if "keyed" in modes else 0,
+        "keyed_differing": len(measured.differences),
+        "differences": measured.differences,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    pair = _pair(args.pair, args.draft_noise)
-    settings = {
+    settings = settings_from(args)
+    modes = modes_from(args.modes)
+    pair = _pair(args)
+    sampling = {
         "do_sample": True,
         "temperature": args.temperature,
         "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens,
-        "num_assistant_tokens_schedule": args.schedule,
-        "num_assistant_tokens": args.lookahead,
     }
     prompts = _prompts(pair, args.task, args.n)
-    tallies = measure(pair, prompts, args.seeds, settings)
+    _warm_up(pair, prompts[0], settings, args.prompt_lookup)
+    measured = measure(pair, prompts, args.seeds, sampling, settings, modes, args.prompt_lookup)
+    exact = bit_exact(pair.target)
     record = {
         "pair": args.pair,
         "draft_noise": args.draft_noise,
-        "settings": settings,
+        "fast": {k: getattr(args, k) for k in ("static", "quantize", "draft_quantize")},
+        "dtype": str(getattr(pair.target, "dtype", args.dtype)),
+        "bit_exact": exact,
+        "sampling": sampling,
+        "prompt_lookup": args.prompt_lookup,
+        "task": args.task,
         "prompts": len(prompts),
         "seeds": args.seeds,
-        **{mode: {**asdict(t), **t.summary()} for mode, t in tallies.items()},
+        **record_of(measured, modes),
     }
-    keyed, stream = (tallies[mode].summary() for mode in SEED_MODES)
-    record["keyed_over_stream"] = {k: keyed[k] / max(stream[k], 1e-9) for k in keyed}
-    print(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "differences"}, indent=1))
+    runs, differing = record["keyed_runs"], record["keyed_differing"]
+    print(
+        f"coupling: {differing} of {runs} keyed texts differ from the target alone's "
+        f"({'bit-exact target: must be 0' if exact else 'not bit-exact: near-ties may flip'})",
+        file=sys.stderr,
+    )
     if args.out:
         with open(args.out, "w") as handle:
-            json.dump(record, handle)
-    return 1 if tallies["keyed"].differs_from_alone else 0
+            json.dump(record, handle, indent=1)
+    return 1 if differing and exact else 0
 
 
 if __name__ == "__main__":
