@@ -31,7 +31,7 @@ def test_every_keyed_text_is_the_target_alones(tmp_path):
     total = record["total"]
     assert total["keyed"]["runs"] == total["stream"]["runs"] == 12
     assert total["keyed"]["drafted"] > 0 and total["stream"]["drafted"] > 0
-    assert 0 < total["keyed_over_stream"]["tokens_per_s"]
+    assert total["keyed_over_stream"]["tokens_per_s"] > 0
     assert record["alone"]["runs"] == 2
 
 

@@ -122,7 +122,8 @@ class Measured:
 def first_difference(a: list[int], b: list[int]) -> int:
     """The first index where two token lists part (the shorter one's length if one is a
     prefix of the other)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    pairs = enumerate(zip(a, b, strict=False))
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
 def measure(
