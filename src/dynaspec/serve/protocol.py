@@ -6,7 +6,8 @@ text), and fields that change nothing here (user, metadata, store, ...) are acce
 ignored, as OpenAI-compatible servers do. Responses are plain dicts in OpenAI's shapes, plus
 one extra field, `dynaspec`, with the request's speculation stats (clients ignore it). As in
 vLLM, `return_token_ids: true` adds the prompt's and the completion's token ids (a stream
-sends them in its closing chunk).
+sends them in its closing chunk). dynaspec's own fields, extra in OpenAI's terms as vLLM's
+and SGLang's sampling fields are: `draft_sources` and `seed_mode` ("keyed" or "stream").
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class _Common(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**63)
+    # dynaspec's: what `seed` means (docs/usage.md, "Seeds"): "keyed" (None: the default),
+    # the target alone's text for the seed whatever drafts it; "stream", a seeded random
+    # stream verified by rejection sampling (accepts more; repeats only over the same drafts)
+    seed_mode: Literal["keyed", "stream"] | None = None
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -115,6 +120,12 @@ class _Common(BaseModel):
                 raise ServeError(
                     400, f"{name} is not supported by dynaspec serve: drop it", param=name
                 )
+        if self.seed_mode is not None and self.seed is None:
+            raise ServeError(
+                400,
+                "seed_mode says what a seed means: send a seed with it, or drop seed_mode",
+                param="seed_mode",
+            )
         response_format = (self.model_extra or {}).get("response_format")
         if response_format not in (None, {"type": "text"}):
             raise ServeError(
@@ -130,6 +141,7 @@ class _Common(BaseModel):
             keywords["top_p"] = self.top_p if self.top_p is not None else 1.0
         if self.seed is not None:
             keywords["seed"] = self.seed
+            keywords["seed_mode"] = self.seed_mode or "keyed"
         return keywords
 
 
