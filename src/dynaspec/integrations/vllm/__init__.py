@@ -8,7 +8,8 @@
 
 vLLM itself is not imported here: the proposers read its config by attribute and take
 plain lists and numpy arrays, so they are tested without vLLM (tests/test_vllm_plugin.py).
-docs/vllm.md says what runs where.
+docs/vllm.md says what runs where, the suffix cache (DYNASPEC_VLLM_SUFFIX_CACHE) and why
+keyed seeds are refused inside vLLM.
 """
 
 from dynaspec.integrations.vllm.proposers import (

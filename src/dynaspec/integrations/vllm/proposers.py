@@ -8,6 +8,12 @@ Each call is one round for every row that just committed tokens: the rows are ma
 their requests (requests.py), what the step judged is learned (steps.py), and each request
 gets the plan of dynaspec's policy for it, drafted by dynaspec's drafter, cut to vLLM's
 `num_speculative_tokens`. Nothing proposed (an empty list) where drafting does not pay.
+
+With a suffix cache (DYNASPEC_VLLM_SUFFIX_CACHE MB, or `suffix_cache=`), a request may also
+copy what earlier requests' texts went on with after the same context (drafters/suffix.py);
+a request's text (its prompt and output) is added when it leaves the batch. vLLM tells a
+proposer nothing of users or keys, so the cache is one scope for every request the process
+serves (docs/vllm.md, "The suffix cache").
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dynaspec.core.request import Request
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.drafters import make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, match_for
+from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache, SuffixScope
 from dynaspec.errors import ConfigError
 from dynaspec.integrations.vllm.requests import Request as Tracked
 from dynaspec.integrations.vllm.requests import RequestTracker, Row, Sent
@@ -45,12 +52,17 @@ class DynaspecProposer:
         *,
         settings: ProposerSettings | None = None,
         clock: Callable[[], float] = perf_counter,
+        suffix_cache: SuffixCache | None = None,
     ):
         if settings is None:
             settings = ProposerSettings.from_vllm(vllm_config)
         self.settings = settings
         self.clock = clock  # seconds; steps are timed between propose() calls
-        self.tracker = RequestTracker(capacity=max(4 * settings.max_num_seqs, 64))
+        if suffix_cache is None and settings.suffix_cache_mb > 0:
+            suffix_cache = SuffixCache(settings.suffix_cache_mb)
+        self.suffix_cache = suffix_cache  # every request's text, once it has left
+        capacity = max(4 * settings.max_num_seqs, 64)
+        self.tracker = RequestTracker(capacity=capacity, keep_texts=suffix_cache is not None)
         # adaptive: one set of estimates for the engine (its costs are the batch's); any
         # other schedule keeps its own state per request (the tracked request's `policy`)
         self.shared = AdaptivePolicy(settings.num_speculative_tokens)
@@ -76,6 +88,7 @@ class DynaspecProposer:
         started = self.clock()
         step_s = started - self._last_end if self._last_end is not None else 0.0
         rows = self.tracker.rows(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        self._store_left()
         self._learn(rows, step_s)
         drafts: list[list[int]] = []
         forwards = catchup = 0
@@ -144,6 +157,19 @@ class DynaspecProposer:
             )
         return request.policy
 
+    @property
+    def suffix_scope(self) -> SuffixScope | None:
+        """The suffix cache's one scope (None: no cache)."""
+        return None if self.suffix_cache is None else self.suffix_cache.scope(DEFAULT_SCOPE)
+
+    def _store_left(self) -> None:
+        """Adds the texts of the requests that left the batch to the suffix cache."""
+        if self.suffix_cache is None:
+            return
+        for request in self.tracker.left:
+            self.suffix_cache.add(request.text, DEFAULT_SCOPE)
+            self.stats.stored += 1
+
     def _learn(self, rows: Sequence[Row | None], step_s: float) -> None:
         for row in rows:
             if row is None or row.outcome is None:
@@ -171,6 +197,7 @@ class RequestPolicy(AdaptivePolicy):
         self.shared = shared
         self.config = shared.config
         self.lookup = LookupAcceptance()
+        self.suffix = LookupAcceptance(shared.config.suffix)  # the suffix cache's copies
 
     costs = property(lambda self: self.shared.costs)
     calibration = property(lambda self: self.shared.calibration)
@@ -180,8 +207,9 @@ class RequestPolicy(AdaptivePolicy):
 
 class LookupProposer(DynaspecProposer):
     """Prompt lookup with dynaspec's copy rule: copy only the tokens expected to pay
-    (policies/source_plan.py), nothing where no match does. Copies are point masses, so
-    this is exact for greedy and sampled requests alike."""
+    (policies/source_plan.py), nothing where no match does; with a suffix cache, the copy
+    worth more of prompt lookup's and the cache's. Copies are point masses, so this is exact
+    for greedy and sampled requests alike."""
 
     def __init__(self, vllm_config: Any = None, **kwargs: Any):
         super().__init__(vllm_config, **kwargs)
@@ -191,7 +219,11 @@ class LookupProposer(DynaspecProposer):
             match=match_for(self.settings.schedule),  # as generate() chooses
         )
         self.lookup = make_drafter(
-            None, self.settings.vocab_size, self.settings.eos_token_ids, config
+            None,
+            self.settings.vocab_size,
+            self.settings.eos_token_ids,
+            config,
+            suffix=self.suffix_scope,
         )
 
     def new_drafter(self, tokens: torch.Tensor) -> Drafter | None:
@@ -202,12 +234,14 @@ class LookupProposer(DynaspecProposer):
         policy = sequence.policy
         options = sequence.drafter.offer(tokens)
         plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
-        copied = options.copy[: plan.copy] if options.copy is not None else tokens[:0]
+        offer = options.chosen(plan.source)  # prompt lookup's copy or the suffix cache's
+        copied = offer.copy[: plan.copy] if offer.copy is not None else tokens[:0]
+        self.stats.add_copy(plan.source.value if copied.numel() else None, copied.numel())
         sent = Sent(
             step=self.tracker.step,
             tokens=tuple(copied.tolist()),
             plan=plan,
-            agreement=options.agreement if copied.numel() else 0,
+            agreement=offer.agreement if copied.numel() else 0,
             num_copied=copied.numel(),
             confidences=(1.0,) * copied.numel(),
         )
@@ -216,7 +250,8 @@ class LookupProposer(DynaspecProposer):
 
 class DraftModelProposer(DynaspecProposer):
     """A draft model (DYNASPEC_VLLM_DRAFT) with one cache per request, drafting greedily
-    under dynaspec's policy for as long as it pays. vLLM verifies the drafts as point masses:
+    under dynaspec's policy for as long as it pays (with a suffix cache: after a copy from
+    it, when the rule plans one). vLLM verifies the drafts as point masses:
     exact for every request; sampled requests accept less than they would with the draft's
     probabilities (vLLM takes none from a custom proposer)."""
 
@@ -229,7 +264,12 @@ class DraftModelProposer(DynaspecProposer):
         """A draft model's drafter of its own (its cache) for a new request, or one forgotten
         while it was away, with the request's tokens read."""
         settings = self.settings
-        drafter = make_drafter(HFAdapter(self.model), settings.vocab_size, settings.eos_token_ids)
+        drafter = make_drafter(
+            HFAdapter(self.model),
+            settings.vocab_size,
+            settings.eos_token_ids,
+            suffix=self.suffix_scope,
+        )
         drafter.begin(tokens.view(1, -1))
         return drafter
 
@@ -239,16 +279,19 @@ class DraftModelProposer(DynaspecProposer):
         drafter.crop(tokens.numel() - 1)  # its cache: committed tokens only
         options = drafter.offer(tokens)
         plan = policy.plan(options, None).within(self.settings.num_speculative_tokens)
-        if not plan.model:
+        if not plan.total:  # a copy is planned only where the suffix cache offers one
             return Sent(self.tracker.step, (), plan), 0, 0
         with torch.inference_mode():  # vLLM's runner calls in inference mode; tests do not
             eos = self.settings.eos_token_ids
             stopper = policy.stopper(plan)
-            proposal = drafter.draft(tokens, plan.model, stopper, sequence.sampler, eos)
+            proposal = drafter.propose(tokens, options, plan, stopper, sequence.sampler, eos)
+        self.stats.add_copy(plan.source.value if proposal.num_copied else None, proposal.num_copied)
         sent = Sent(
             step=self.tracker.step,
             tokens=tuple(proposal.tokens.tolist()),
             plan=plan,
+            agreement=proposal.agreement,
+            num_copied=proposal.num_copied,
             confidences=proposal.confidences,
         )
         return sent, proposal.draft_forwards, proposal.catchup
@@ -263,6 +306,12 @@ class ProposerStats:
         self.proposed = 0  # tokens proposed
         self.drafted = 0  # proposed tokens whose verdict came back
         self.accepted = 0  # of those, accepted
+        self.copied = {"lookup": 0, "suffix": 0}  # tokens proposed as copies, per source
+        self.stored = 0  # requests' texts added to the suffix cache
+
+    def add_copy(self, source: str | None, count: int) -> None:
+        if source is not None and count:
+            self.copied[source] = self.copied.get(source, 0) + count
 
     def add_proposal(self, count: int) -> None:
         self.rows += 1

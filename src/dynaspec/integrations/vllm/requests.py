@@ -13,6 +13,11 @@ step committed hash to the same key. A request that was away (preempted) is foun
 way; one with a key never seen is new. Two requests with the same committed tokens cannot be
 told apart, and need not be: drafts depend on the tokens (and on the shared estimates), never
 on which of the two is which, and no draft changes the output.
+
+With `keep_texts` (the suffix cache), each request also keeps its committed tokens, and the
+requests that were drafted for at the previous step but are not in this one are `left`
+(finished, or preempted: a preempted request that comes back and leaves again is listed
+again, with its longer text).
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ class Request:
     policy: Any = None  # its policy, made on first use (the adaptive rule's view, or its own)
     steps: int = 0  # steps this request was drafted for
     last_step: int = 0  # the step it was last seen at
+    matched_step: int = 0  # the step its row was last matched to it
+    text: list[int] = field(default_factory=list)  # its committed tokens (keep_texts only)
+    stored: int = 0  # of `text`, the tokens already handed on as `left`
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,10 @@ class RequestTracker:
     max_idle_steps: int = 256  # a request unseen for this many steps is forgotten (finished,
     #                            or preempted for long: it then starts afresh, as a new one)
     step: int = 0  # steps seen
+    keep_texts: bool = False  # keep each request's committed tokens (for the suffix cache)
+    left: list[Request] = field(default_factory=list)  # drafted for last step, absent now
     _waiting: OrderedDict[bytes, list[Request]] = field(default_factory=OrderedDict)
+    _filed: list[Request] = field(default_factory=list)  # filed at the current step
 
     def rows(
         self,
@@ -100,6 +111,10 @@ class RequestTracker:
                 continue
             tokens = token_ids[index, : int(num_tokens[index])]
             found.append(self._match(index, tokens, list(new_tokens)))
+        filed, self._filed = self._filed, []
+        self.left = [r for r in filed if r.matched_step != self.step and len(r.text) > r.stored]
+        for request in self.left:
+            request.stored = len(request.text)
         return found
 
     def file(self, row: Row, sent: Sent | None) -> None:
@@ -107,6 +122,9 @@ class RequestTracker:
         row.request.sent = sent
         row.request.steps += 1
         row.request.last_step = self.step
+        if self.keep_texts:  # the tokens before are the text kept (the key matched them)
+            row.request.text.extend(row.tokens[len(row.request.text) :].tolist())
+            self._filed.append(row.request)
         key = _key(row.tokens)
         self._waiting.setdefault(key, []).append(row.request)
         self._waiting.move_to_end(key)
@@ -132,6 +150,7 @@ class RequestTracker:
         if not waiting:
             return Row(index, tokens, Request(), new=True, outcome=None)
         request = waiting.pop()
+        request.matched_step = self.step
         if not waiting:
             del self._waiting[key]
         return Row(index, tokens, request, new=False, outcome=self._judge(request, new_tokens))

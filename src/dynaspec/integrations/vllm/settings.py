@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynaspec.core.config import SpecConfig
-from dynaspec.errors import ConfigError
+from dynaspec.errors import ConfigError, UnsupportedOptionError
 from dynaspec.policies import SCHEDULES
 
 ENV_PREFIX = "DYNASPEC_VLLM_"
@@ -29,6 +29,12 @@ class ProposerSettings:
     draft: str | None = None  # DYNASPEC_VLLM_DRAFT: the draft model (a preset, folder or id)
     draft_dtype: str | None = None  # DYNASPEC_VLLM_DRAFT_DTYPE: its dtype (None: dynaspec's)
     confidence_threshold: float = 0.4  # DYNASPEC_VLLM_CONFIDENCE: the `dynamic` schedule's
+    # DYNASPEC_VLLM_SUFFIX_CACHE: MB of a suffix cache over every request this vLLM process
+    # has seen (one scope: vLLM tells a proposer no user or key); 0: off
+    suffix_cache_mb: float = 0.0
+    # DYNASPEC_VLLM_SEED_MODE: what a request's seed means; only vLLM's own ("stream"):
+    # vLLM verifies the drafts with its rejection sampler, so "keyed" is refused
+    seed_mode: str = "stream"
 
     def __post_init__(self) -> None:
         if self.num_speculative_tokens < 1:
@@ -43,6 +49,12 @@ class ProposerSettings:
             )
         if self.ngram < 1:
             raise ConfigError(f"{ENV_PREFIX}NGRAM must be an int >= 1, got {self.ngram}")
+        if not self.suffix_cache_mb >= 0:
+            raise ConfigError(
+                f"{ENV_PREFIX}SUFFIX_CACHE must be a size in MB >= 0 (0: off), got "
+                f"{self.suffix_cache_mb}"
+            )
+        check_seed_mode(self.seed_mode)
 
     @property
     def spec(self) -> SpecConfig:
@@ -74,6 +86,28 @@ class ProposerSettings:
             draft=env.get(ENV_PREFIX + "DRAFT") or None,
             draft_dtype=env.get(ENV_PREFIX + "DRAFT_DTYPE") or None,
             confidence_threshold=_float(env, "CONFIDENCE", 0.4),
+            suffix_cache_mb=_float(env, "SUFFIX_CACHE", 0.0),
+            seed_mode=env.get(ENV_PREFIX + "SEED_MODE", "stream"),
+        )
+
+
+def check_seed_mode(mode: str) -> None:
+    """Refuses keyed seeds inside vLLM, naming the alternative. dynaspec's keyed seeds give
+    the target alone's text for a seed whatever was drafted, because dynaspec verifies the
+    drafts by coupling (core/keyed.py); inside vLLM, vLLM samples and verifies with its own
+    rejection sampler, and a proposer only proposes tokens, so no proposer can make vLLM's
+    seeded text the same whatever it drafts."""
+    if mode == "keyed":
+        raise UnsupportedOptionError(
+            f"{ENV_PREFIX}SEED_MODE=keyed: inside vLLM, vLLM samples and verifies the drafts "
+            "with its own rejection sampler, so a dynaspec proposer cannot make a seed give "
+            "the same text whatever is drafted; for keyed seeds serve with `dynaspec serve` "
+            f"(a request's seed is keyed there), or unset {ENV_PREFIX}SEED_MODE"
+        )
+    if mode != "stream":
+        raise ConfigError(
+            f"{ENV_PREFIX}SEED_MODE={mode!r}: the one mode inside vLLM is 'stream' (vLLM's "
+            "seeded sampling); keyed seeds need `dynaspec serve`"
         )
 
 
