@@ -14,8 +14,9 @@ cancelled leave (`leave`: their cache rows are dropped at once). Each row has it
 rule sees the batch as it is in every round.
 
 A row's output does not depend on the other rows: its tokens are verified by the target as
-they would be alone (the same acceptance rule and processors); the batched forwards differ
-from one row's only in floating-point rounding (exact in float32 up to ties).
+they would be alone (the same acceptance rule and processors); the batched forwards give a
+row its logits alone bit for bit on a bit-exact static target (bf16: backends/static_batch.py),
+and elsewhere differ from one row's only in floating-point rounding (up to ties).
 
 Not thread-safe: one thread (serve/'s engine thread) owns a ContinuousBatch.
 """
@@ -200,9 +201,15 @@ class ContinuousBatch:
 
     def prefill(self, joining: Joining, max_tokens: int | None = None) -> bool:
         """Prefills at most `max_tokens` more of the joining row's prompt (None: the rest) in
-        the target's cache by forwards of its own; whether it is all cached now (the row can
-        join). The draft model reads none of it here (`BatchDrafter.join`)."""
+        the target's cache by forwards of its own, `max_tokens` rounded down to whole blocks
+        of the target's `prefill_block` (at least one: a bit-exact adapter's prefill attends
+        by blocks, so that its tokens attend as in a prefill in one piece); whether it is all
+        cached now (the row can join). The draft model reads none of it here
+        (`BatchDrafter.join`)."""
         head = joining.prompt[:-1]
+        block = getattr(self.target, "prefill_block", 1)  # a bit-exact adapter's: as alone
+        if max_tokens is not None:
+            max_tokens = max(max_tokens // block, 1) * block
         stop = head.numel() if max_tokens is None else min(head.numel(), joining.done + max_tokens)
         chunk = head[joining.done : stop]
         start = time.perf_counter()

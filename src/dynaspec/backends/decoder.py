@@ -76,6 +76,39 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated * sin
 
 
+# The prompt's prefill attends in blocks of this many query slots, aligned to slot 0, so that
+# a query's attention is the same whether its prompt is prefilled whole or in chunks (the
+# server's chunked prefill) whose sizes are multiples of it.
+PREFILL_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A bit-exact forward of one sequence (bf16): its first `queries` fed tokens, fed from
+    slot `start`, are the prompt's prefill (all of the prompt but its last token), so they
+    attend the fastest way, by aligned blocks of PREFILL_BLOCK query slots (block [a, b)
+    over the slots up to b rounded up to PREFILL_BLOCK: what any forward that feeds the
+    block whole attends); every other query attends on kernels/attention.py, whose result
+    depends on its own query, mask row and cache alone. So a token's attention is bitwise the
+    same whether it is fed alone (a step of the target alone), among drafted tokens (a
+    verification) or beside other rows of a batch, even in the first forward, which feeds
+    the prompt with them, and whether the prompt was prefilled whole or in such chunks."""
+
+    queries: int  # leading fed tokens that are the prompt's prefill (0: none)
+    start: int = 0  # the slot of the first fed token
+
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """(first, last, slots) per block: fed queries [first, last) attend `slots` slots."""
+        out, first = [], 0
+        while first < self.queries:
+            block_end = (self.start + first) // PREFILL_BLOCK * PREFILL_BLOCK + PREFILL_BLOCK
+            last = min(block_end - self.start, self.queries)
+            slots = -(-(self.start + last) // PREFILL_BLOCK) * PREFILL_BLOCK
+            out.append((first, last, slots))
+            first = last
+        return out
+
+
 @dataclass(frozen=True)
 class Packing:
     """Which cells of a ragged (B, W) block hold tokens, row-major: the linear layers run
@@ -89,6 +122,8 @@ class Packing:
     # own slots with its own queries (`ragged_attention`) instead of the padded block's.
     sizes: tuple[int, ...] = ()
     attend: tuple[int, ...] = ()
+    # Per row, with `sizes`: a bit-exact batch's rows, each attending as alone (Prefill)
+    prefills: tuple[Prefill, ...] = ()
 
     def pack(self, block: torch.Tensor) -> torch.Tensor:
         """(B, W, F) -> (1, N, F): the cells with a token."""
@@ -101,20 +136,6 @@ class Packing:
         flat = packed.new_zeros(self.rows * self.width, features)
         flat.index_copy_(0, self.take, packed.reshape(-1, features))
         return flat.view(self.rows, self.width, features)
-
-
-@dataclass(frozen=True)
-class Prefill:
-    """A bit-exact forward of one sequence (bf16): its first `queries` fed tokens are the
-    prompt's prefill (all of the prompt but its last token), the same in every forward that
-    feeds them, so they attend the fastest way over the `slots` a forward of them alone
-    attends; every other query attends on kernels/attention.py, whose result depends on its own
-    query, mask row and cache alone. So a token's attention is bitwise the same whether it
-    is fed alone (a step of the target alone) or among drafted tokens (a verification),
-    even in the first forward, which feeds the prompt with them."""
-
-    queries: int  # leading fed tokens that are the prompt's prefill (0: none)
-    slots: int  # slots they attend: what a forward of them alone attends
 
 
 class StaticAttention(nn.Module):
@@ -176,16 +197,17 @@ def attention(
 ) -> torch.Tensor:
     """(B, n, heads * d): each token's attention, heads merged; by kernels/attention.py for a few
     queries over contiguous bf16 caches where it runs (not inside torch.compile: a C call
-    would break the graph), else by grouped_attention. With `prefill` (one sequence) and
-    where the kernel runs: its prefill's queries so, over its slots, and every other query
-    on the kernel (bit-exact: see Prefill)."""
+    would break the graph), else by grouped_attention. With `prefill` and where the kernel
+    runs: its prefill's queries by blocks (one sequence), and every other query on the
+    kernel, of every row (bit-exact: see Prefill)."""
     if prefill is None or not _kernel_runs(query, key_cache, value_cache):
         return _fastest(query, key_cache, value_cache, mask, scaling)
     done = prefill.queries
     parts = []
-    if done:
-        early = mask[:, :done, : prefill.slots]
-        parts.append(_fastest(query[:, :, :done], key_cache, value_cache, early, scaling))
+    for first, last, slots in prefill.blocks():
+        early = mask[:, first:last, : min(slots, mask.shape[-1])]
+        block = query[:, :, first:last]
+        parts.append(_fastest(block, key_cache, value_cache, early, scaling))
     if done < query.shape[2]:
         late = query[:, :, done:]
         parts.append(ATTENTION.attend(late, key_cache, value_cache, mask[:, done:], scaling))
@@ -261,6 +283,7 @@ def ragged_attention(
     as many queries over as many slots (measured in a batch of 8: a draft forward with one
     row catching up 392 tokens took 3.3 s against 0.4 s with no other row in the block)."""
     parts = []
+    prefills = packing.prefills or (None,) * packing.rows
     for row, (size, attend) in enumerate(zip(packing.sizes, packing.attend, strict=True)):
         if not size:
             continue
@@ -271,6 +294,7 @@ def ragged_attention(
             value_cache[one],
             mask[one, :size, :attend],
             scaling,
+            prefills[row],
         )  # (1, size, heads * d)
         parts.append(out[0])
     return torch.cat(parts)[None]

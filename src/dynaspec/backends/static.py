@@ -283,10 +283,8 @@ class StaticAdapter:
         return exact_path and self.dtype == torch.bfloat16 and self.decoder.row_invariant
 
     def _prefill(self, start: int, n: int) -> Prefill:
-        """Which of the n tokens fed from slot `start` are the prompt's prefill, and the
-        slots a forward of them alone attends."""
-        queries = min(max(self._prompt_end - start, 0), n)
-        return Prefill(queries, min(round_up(start + queries, ATTEND_STEP), self._capacity))
+        """Which of the n tokens fed from slot `start` are the prompt's prefill."""
+        return Prefill(min(max(self._prompt_end - start, 0), n), start)
 
     def _run(
         self, bucket: int, n: int, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from dynaspec.backends.decoder import Packing
+from dynaspec.backends.decoder import PREFILL_BLOCK, Packing, Prefill
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.backends.hf_batch import HFBatchAdapter, cache_bytes_per_token
 from dynaspec.backends.row_adapters import RowAdapters
@@ -71,10 +71,15 @@ class StaticBatchAdapter:
         self.max_length = fast.max_length
         self.device = fast.device
         self.packs_rows = True  # a forward costs what its tokens cost, not B x the widest
+        # bf16 on the row-invariant kernels: each row attends as it would alone (Prefill)
+        self.bit_exact = fast.bit_exact
+        # a chunked prefill's chunks (but the last) are whole blocks of this (ContinuousBatch)
+        self.prefill_block = PREFILL_BLOCK if self.bit_exact else 1
         self.cache: list[torch.Tensor] = []  # per layer key and value, (B, kv_heads, L, d)
         self.capacity = 0
         self.lengths: list[int] = []  # per row: sequence tokens cached (left padding included)
         self.num_pads: list[int] = []  # per row: left padding at the start of its sequence
+        self.prompt_ends: list[int] = []  # per row: slots of its prompt but the last token
         self._cos = self._sin = torch.empty(0)
 
     def __repr__(self) -> str:
@@ -95,6 +100,7 @@ class StaticBatchAdapter:
         """Start the rows of a (B, T) left-padded prompt; nothing is fed yet."""
         rows = input_ids.shape[0]
         self.num_pads = [int((row == 0).sum()) for row in attention_mask]
+        self.prompt_ends = [input_ids.shape[1] - pads - 1 for pads in self.num_pads]
         self.lengths = [0] * rows
         longest = max(input_ids.shape[1] - pads for pads in self.num_pads)
         self.cache, self.capacity = [], 0
@@ -151,9 +157,17 @@ class StaticBatchAdapter:
         positions = first + torch.arange(width, device=self.device)  # (B, W)
         mask = causal_mask(positions, max(starts) + width, self.capacity)  # (B, W, A)
         sizes = [tokens.numel() for tokens in real]
-        packing = self._packing(sizes, width, starts, mask.shape[-1])
+        prefills = self._prefills(starts, sizes)
+        packing = self._packing(sizes, width, starts, mask.shape[-1], prefills)
         hidden = self.decoder.hidden(
-            ids, positions, mask, self._cos, self._sin, self.cache, packing=packing
+            ids,
+            positions,
+            mask,
+            self._cos,
+            self._sin,
+            self.cache,
+            packing=packing,
+            prefill=Prefill(0) if prefills else None,  # the block's queries on the kernel
         )  # (B, W, H), or (1, N, H) packed
         counts = [min(int(k), n) for k, n in zip(num_logits, sizes, strict=True)]
         if packing is not None:
@@ -183,15 +197,31 @@ class StaticBatchAdapter:
             for index in range(len(self.lengths))
         ]
 
+    def _prefills(self, starts: list[int], sizes: list[int]) -> tuple[Prefill, ...]:
+        """Per row, bit-exact: which of its fed tokens are its prompt's prefill (a fixed
+        batch's first forward), as `StaticAdapter` alone would say; () when not bit-exact."""
+        if not self.bit_exact:
+            return ()
+        ends = zip(self.prompt_ends, starts, sizes, strict=True)
+        return tuple(Prefill(min(max(end - start, 0), n), start) for end, start, n in ends)
+
     def _packing(
-        self, sizes: list[int], width: int, starts: list[int], attend: int
+        self,
+        sizes: list[int],
+        width: int,
+        starts: list[int],
+        attend: int,
+        prefills: tuple[Prefill, ...] = (),
     ) -> Packing | None:
         """The cells of the (B, W) block that hold a row's tokens, for the linear layers to
         run over those alone (`packs_rows`); None when every row fills the block. Where
         attending row by row, each with its own tokens over its own slots, costs less than
         half of the padded block's attention (B x W queries over `attend` slots), the rows
-        attend so (`decoder.ragged_attention`)."""
-        if not self.packs_rows or sum(sizes) == len(sizes) * width:
+        attend so (`decoder.ragged_attention`), and always when a row prefills its prompt
+        bit-exactly (`prefills`: as alone, by its own blocks)."""
+        prefilling = any(prefill.queries for prefill in prefills)
+        full = sum(sizes) == len(sizes) * width
+        if not prefilling and (not self.packs_rows or full):
             return None
         take = [row * width + column for row, n in enumerate(sizes) for column in range(n)]
         packing = Packing(torch.tensor(take, device=self.device), len(sizes), width)
@@ -200,9 +230,9 @@ class StaticBatchAdapter:
             for start, n in zip(starts, sizes, strict=True)
         ]
         ragged = sum(n * slots for n, slots in zip(sizes, own, strict=True))
-        if 2 * ragged >= len(sizes) * width * attend:
+        if not prefilling and 2 * ragged >= len(sizes) * width * attend:
             return packing
-        return replace(packing, sizes=tuple(sizes), attend=tuple(own))
+        return replace(packing, sizes=tuple(sizes), attend=tuple(own), prefills=prefills)
 
     def crop(self, num_tokens: Sequence[int]) -> None:
         """Row r keeps at most its first num_tokens[r] sequence tokens cached."""
@@ -229,7 +259,8 @@ class StaticBatchAdapter:
         positions = torch.arange(done, done + count, device=self.device)[None]  # (1, n)
         mask = causal_mask(positions, done + count, capacity)  # (1, n, A)
         ids = tokens.to(self.device).view(1, count)
-        self.decoder.hidden(ids, positions, mask, cos, sin, own.tensors)
+        prefill = Prefill(count, done) if self.bit_exact else None  # as alone, by blocks
+        self.decoder.hidden(ids, positions, mask, cos, sin, own.tensors, prefill=prefill)
         own.length = done + count
         return own
 
@@ -249,11 +280,13 @@ class StaticBatchAdapter:
                     tensor[rows, :, :length] = kept[0, :, :length]
         self.lengths.append(length)
         self.num_pads.append(0)
+        self.prompt_ends.append(length)  # its prompt's prefill is cached
 
     def leave(self, keep: Sequence[int]) -> None:
         """Keeps only the rows `keep`, in that order (the others have ended)."""
         self.lengths = [self.lengths[row] for row in keep]
         self.num_pads = [self.num_pads[row] for row in keep]
+        self.prompt_ends = [self.prompt_ends[row] for row in keep]
         if not keep:
             self.cache, self.capacity = [], 0
             return
