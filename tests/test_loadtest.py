@@ -76,3 +76,24 @@ def test_the_server_sends_token_ids_and_a_differing_output_is_classified(tmp_pat
     args = SimpleNamespace(out=str(tmp_path), label=None, git_at_start=None)
     assert _write(args, [faked], alone, target) == 1
     assert "not at a tie (a BUG)" in (tmp_path / "loadtest.md").read_text()
+
+
+def test_the_agent_task_on_the_tiny_pair(tmp_path) -> None:
+    """`--task agent` runs its sessions on the tiny pair too (a smoke run of the path the
+    real pair takes): turns the tiny model's context cannot hold are refused by the server
+    and counted as failed, not decoded alone; the warm-up request's text (the first turn's
+    prompt) is in a suffix cache scope of its own, so it drafts nothing of the first turn;
+    each run records the tokens each source drafted."""
+    argv = ["loadtest", "--pair", "tiny", "--task", "agent", "--prompt-seed", "2"]
+    argv += ["--clients", "1", "--requests", "3", "--max-tokens", "16", "--prompt-lookup", "32"]
+    assert main([*argv, "--out", str(tmp_path), "--timeout", "300"]) == 0
+    record = json.loads((tmp_path / "loadtest.json").read_text())
+    (run,) = record["runs"]
+    assert (run["completed"], run["failed"], run["lost"]) == (1, 2, 0)  # turns 2, 3: too long
+    assert run["equal_to_target_alone"] == 1
+    first = record["requests"][0][0]
+    assert first["ok"] and first["prompt"].startswith("Complete the following Python function")
+    assert first["extra"]["sources"]["suffix"]["drafted"] == 0
+    assert set(run["sources"]) == {"lookup", "suffix", "model"}
+    assert run["sources"]["lookup"]["drafted"] == first["extra"]["sources"]["lookup"]["drafted"]
+    assert "tokens drafted: lookup" in (tmp_path / "loadtest.md").read_text()

@@ -47,6 +47,7 @@ from dynaspec.serve.args import SERVER_MODULES, check_decoding_arguments, model_
 if TYPE_CHECKING:
     from dynaspec.eval.load import LoadResult
 
+WARM_UP_KEY = "loadtest-warm-up"  # the warm-up request's key: a suffix cache scope of its own
 SMOKE_PROMPTS = ("def fib(n):", "class Stack:\n    def push(self, x):", "x = [1, 2", "import os")
 
 
@@ -115,7 +116,10 @@ def _counts(text: str) -> tuple[int, ...]:
 
 
 def _prompts(args: argparse.Namespace, count: int) -> tuple[str, ...]:
-    if args.smoke or args.pair == "tiny":
+    """The task's prompts; the built-in short ones for --smoke and for the tiny pair unless
+    a --task is named (then its prompts, as the real pair gets them: a smoke run of that
+    task's path)."""
+    if args.smoke or (args.pair == "tiny" and args.task == "all"):
         return SMOKE_PROMPTS
     from dynaspec.eval.data import load_prompts
 
@@ -148,7 +152,9 @@ def run_loadtest(args: argparse.Namespace) -> int:
     )
     app = build_app(target, draft, tokenizer, config, spec(args), args.prompt_lookup)
     with in_thread(app) as url:
-        results = _runs(url, name, counts, prompts, args, token_ids=not args.no_compare)
+        results = _runs(
+            url, name, counts, prompts, args, token_ids=not args.no_compare, own_server=True
+        )
     alone = None if args.no_compare else _alone(target, tokenizer, results, args.max_tokens)
     return _write(args, results, alone, target)
 
@@ -160,7 +166,12 @@ def _runs(
     prompts: tuple[str, ...],
     args: Any,
     token_ids: bool = False,
+    own_server: bool = False,
 ) -> list[LoadResult]:
+    """The timed runs, one per client count, after an untimed warm-up request. On the
+    server started here the warm-up presents a key of its own, so its text lands in a suffix
+    cache scope of its own and never drafts the timed requests (the scope follows the key:
+    docs/serve.md); a peer gets the clients' key."""
     from dynaspec.eval.load import LoadConfig, run_load, table
 
     base = dict(
@@ -171,7 +182,8 @@ def _runs(
         timeout_s=args.timeout,
         token_ids=token_ids,  # the server's ids, to classify any output that differs
     )
-    run_load(LoadConfig(clients=1, requests_per_client=1, **{**base, "max_tokens": 8}))  # warm-up
+    warm_up = {**base, "max_tokens": 8, **({"api_key": WARM_UP_KEY} if own_server else {})}
+    run_load(LoadConfig(clients=1, requests_per_client=1, **warm_up))
     results = []
     for clients in counts:
         print(f"loadtest: {clients} client(s) x {args.requests} requests", file=sys.stderr)
@@ -192,13 +204,14 @@ class Alone:
 
 
 def _alone(target: Any, tokenizer: Any, results: list[LoadResult], max_tokens: int) -> dict:
-    """Each prompt's greedy output from the target alone (generate() without a draft),
-    rendered as the server renders a chat request: {prompt: Alone}."""
+    """Each completed request's prompt's greedy output from the target alone (generate()
+    without a draft), rendered as the server renders a chat request: {prompt: Alone}. A
+    prompt no request completed is not decoded (the server refused it: too long, ...)."""
     from dynaspec.generation import generate
     from dynaspec.prompts import render_prompt
 
     alone = {}
-    for prompt in sorted({r.prompt for result in results for r in result.results}):
+    for prompt in sorted({r.prompt for result in results for r in result.results if r.ok}):
         ids = render_prompt(tokenizer, prompt, chat=True)
         out = generate(target, None, ids, max_new_tokens=max_tokens)
         new = out.sequences[0, ids.shape[1] :]
@@ -215,8 +228,10 @@ def differing(target: Any, result: LoadResult, alone: dict[str, Alone]) -> list[
 
     found = []
     for r in result.results:
+        if not r.ok:
+            continue
         reference = alone[r.prompt]
-        if not r.ok or r.text == reference.text:
+        if r.text == reference.text:
             continue
         entry: dict[str, Any] = {"prompt": r.prompt[:60], "kind": "unknown"}
         ids = r.token_ids
@@ -238,6 +253,7 @@ def _write(
     runs = []
     for result in results:
         summary = result.summary()
+        summary["sources"] = source_totals(result)
         if alone is not None:
             ok = [r for r in result.results if r.ok]
             differ = differing(target, result, alone)
@@ -268,11 +284,35 @@ def _write(
             "outputs equal the target alone's" + _differing_words(s["differing"])
             for s in runs
         ]
+    lines += [f"- {s['clients']} client(s), tokens drafted: {_source_words(s)}" for s in runs]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     lost = sum(result.lost for result in results)
     bugs = [d for s in runs for d in s.get("differing", ()) if d["kind"] == "BUG"]
     return 1 if lost or bugs else 0
+
+
+def source_totals(result: LoadResult) -> dict[str, dict[str, int]]:
+    """Per draft source ("lookup", "suffix", "model"), the rounds, drafted and accepted
+    tokens summed over the run's completed requests (their `dynaspec` stats; empty for a
+    peer that sends none)."""
+    totals: dict[str, dict[str, int]] = {}
+    for r in result.results:
+        sources = (r.extra or {}).get("sources") or {} if r.ok else {}
+        for name, source in sources.items():
+            entry = totals.setdefault(name, {"rounds": 0, "drafted": 0, "accepted": 0})
+            for key in entry:
+                entry[key] += int(source.get(key) or 0)
+    return totals
+
+
+def _source_words(summary: dict[str, Any]) -> str:
+    """ "lookup 12 (9 accepted), suffix 40 (38 accepted), model 0" for the .md record."""
+    parts = [
+        f"{name} {c['drafted']}" + (f" ({c['accepted']} accepted)" if c["drafted"] else "")
+        for name, c in summary["sources"].items()
+    ]
+    return ", ".join(parts) or "no per-source stats (a peer)"
 
 
 def _differing_words(differ: list[dict[str, Any]]) -> str:
