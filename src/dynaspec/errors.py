@@ -38,6 +38,11 @@ class CpuOnlyOptionError(ConfigError):
     was asked for models on another device; the message names the option to drop."""
 
 
+class CudaOnlyOptionError(ConfigError):
+    """An option that runs on a CUDA GPU only (CUDA graphs) was asked for models elsewhere;
+    the message names the option to drop or the device to pass."""
+
+
 class IncompatibleModelsError(DynaspecError, ValueError):
     """Draft and target cannot be paired (vocabulary, tokenizer or architecture kind)."""
 

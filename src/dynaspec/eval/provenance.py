@@ -113,6 +113,8 @@ def equivalent_command(
         flag = action.option_strings[-1]
         if isinstance(action, argparse._StoreTrueAction):
             words.append(flag)
+        elif isinstance(action, argparse.BooleanOptionalAction):  # --x / --no-x
+            words.append(action.option_strings[0 if value else 1])
         else:
             words += [flag, str(value)]
     return shlex.join(words)

@@ -1,11 +1,11 @@
 """The command line's model flags and checked argument types (generate, bench, oracle).
 
 The flags every subcommand shares are defined here once: --pair, --target, --draft,
---device, --dtype, --threads, and the fast path's --static, --compile, --quantize, --draft-quantize,
-with the checks of how they combine. Each type checks one value as argparse reads it, so a
-bad value stops the command with argparse's usage message and exit code 2 before any model
-loads, and the message names the flag (argparse prefixes "argument --threads: ") and the
-fix in the CLI's words.
+--device, --dtype, --threads, and the fast path's --static, --compile, --quantize,
+--draft-quantize, --cuda-graphs, with the checks of how they combine. Each type checks one
+value as argparse reads it, so a bad value stops the command with argparse's usage message
+and exit code 2 before any model loads, and the message names the flag (argparse prefixes
+"argument --threads: ") and the fix in the CLI's words.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dynaspec.models.devices import (
     check_cpu_only_options,
     device_name,
     resolve_device,
+    use_cuda_graphs,
 )
 from dynaspec.models.dtype import DEFAULT_DTYPE, DTYPE_CHOICES
 from dynaspec.models.fast_choice import AUTO, FastChoice, choose_fast
@@ -158,6 +159,8 @@ def check_device_arguments(parser: argparse.ArgumentParser, args: argparse.Names
             draft_quantize=None if draft_quantize == "none" else draft_quantize,
             draft_engine=getattr(args, "draft_engine", "torch"),
         )
+        if getattr(args, "cuda_graphs", None):  # a CUDA GPU, and not beside --compile
+            use_cuda_graphs(device, True, static=True, compile=getattr(args, "compile", False))
     except DynaspecError as error:
         parser.error(error.for_cli())
 
@@ -222,6 +225,21 @@ def add_fast_arguments(parser: ArgumentTarget, *, auto: bool = False) -> None:
         help="llamacpp: the draft's GGUF (the preset's, or --draft FILE.gguf) run by llama.cpp, "
         'on the CPU; needs pip install "dynaspec[llamacpp]". The output stays the target\'s',
     )
+    add_cuda_graphs_argument(parser)
+
+
+def add_cuda_graphs_argument(parser: ArgumentTarget, *, path: str = "--static") -> None:
+    """--cuda-graphs / --no-cuda-graphs: CUDA graphs on the static path (backends/graphs.py);
+    None when neither is given (on wherever `path` runs on a CUDA GPU)."""
+    parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"on a CUDA GPU, replay each forward of the static path as a CUDA graph, padded "
+        f"to 1, 2, 4, 8, 16 or 32 tokens and batch rows (default: on with {path} "
+        "--device cuda; --cuda-graphs alone implies --static; CUDA only); "
+        "--no-cuda-graphs: kernel by kernel. The target's own output",
+    )
 
 
 def fast_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,6 +255,8 @@ def fast_options(args: argparse.Namespace) -> dict[str, Any]:
     draft_quantize = getattr(args, "draft_quantize", None)
     if draft_quantize is not None:
         options["draft_quantize"] = None if draft_quantize == "none" else draft_quantize
+    if getattr(args, "cuda_graphs", None) is not None:
+        options["cuda_graphs"] = args.cuda_graphs
     if getattr(args, "draft_engine", "torch") != "torch":
         options["draft_engine"] = args.draft_engine
     return options
@@ -250,6 +270,7 @@ def _fast_flags_given(args: argparse.Namespace) -> bool:
         or getattr(args, "quantize", None)
         or getattr(args, "draft_quantize", None) is not None
         or getattr(args, "draft_engine", "torch") != "torch"
+        or getattr(args, "cuda_graphs", None)
     )
 
 
@@ -307,15 +328,24 @@ def describe_fast(args: argparse.Namespace) -> str:
     )
     draft_quantize = options.get("draft_quantize", options["quantize"])
     fast = options["static"] or options["compile"] or options["quantize"] or draft_quantize
-    if not (fast or options.get("draft_engine")):
+    if not (fast or options.get("draft_engine") or options.get("cuda_graphs")):
         return ""
 
+    graphs = use_cuda_graphs(
+        getattr(args, "device", None),
+        options.get("cuda_graphs"),
+        static=options["static"],
+        compile=options["compile"],
+    )
+
     def words(quantize: str | None) -> str:
-        if not (options["static"] or options["compile"] or quantize):
+        if not (options["static"] or options["compile"] or quantize or graphs):
             return "transformers' forward"
         parts = ["static KV cache"]
         if options["compile"]:
             parts.append("torch.compile")
+        if graphs:
+            parts.append("CUDA graphs")
         if quantize:
             parts.append(f"{quantize} weights")
         return " + ".join(parts)

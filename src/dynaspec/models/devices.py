@@ -1,5 +1,6 @@
 """Where a model runs: a checked torch.device from the caller's `device=` argument (or the
-CLI's --device), and the fast-path options that only run on the CPU."""
+CLI's --device), the fast-path options that only run on the CPU, and the one that only runs
+on a CUDA GPU (CUDA graphs: backends/graphs.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import argparse
 
 import torch
 
-from dynaspec.errors import ConfigError, CpuOnlyOptionError, DeviceNotAvailableError
+from dynaspec.errors import (
+    ConfigError,
+    CpuOnlyOptionError,
+    CudaOnlyOptionError,
+    DeviceNotAvailableError,
+)
 
 DeviceArg = str | torch.device | None
 DEVICE_KINDS = ("cpu", "cuda")  # what --device accepts: cpu, cuda, cuda:N
@@ -102,4 +108,46 @@ def check_cpu_only_options(
             "them, or pass device='cpu'",
             cli_message=f"{cli} run on CPU kernels only and --device is {device}: drop them, "
             "or pass --device cpu",
+        )
+
+
+def is_cuda(device: DeviceArg) -> bool:
+    """Whether `device` (None: the CPU, where transformers loads a model) is a CUDA GPU."""
+    return device is not None and torch.device(device).type == "cuda"
+
+
+def use_cuda_graphs(
+    device: DeviceArg, cuda_graphs: bool | None, *, static: bool, compile: bool = False
+) -> bool:
+    """Whether a model on `device` runs the static path with CUDA graphs (backends/graphs.py).
+
+    `cuda_graphs` None (the default): yes where the static path runs (`static`) on a CUDA
+    GPU, not compiled (torch.compile is the other way to the same end); True: yes, which
+    turns the static path on (CudaOnlyOptionError off CUDA, ConfigError with `compile`);
+    False: never. On the CPU the default is always no: the CPU path never crosses the seam."""
+    if cuda_graphs is None:
+        return static and not compile and is_cuda(device)
+    if cuda_graphs:
+        check_cuda_graphs(device, compile)
+    return bool(cuda_graphs)
+
+
+def check_cuda_graphs(device: DeviceArg, compile: bool = False) -> None:
+    """CudaOnlyOptionError unless `device` is a CUDA GPU; ConfigError beside `compile`: what
+    cuda_graphs=True (--cuda-graphs) needs."""
+    where = "the CPU" if device is None else repr(str(device))
+    if not is_cuda(device):
+        raise CudaOnlyOptionError(
+            f"cuda_graphs=True captures forwards as CUDA graphs, on a CUDA GPU only, and the "
+            f"models are asked on {where}: drop cuda_graphs=True, or pass device='cuda'",
+            cli_message=f"--cuda-graphs captures forwards as CUDA graphs, on a CUDA GPU only, "
+            f"and --device is {'cpu' if device is None else device}: drop --cuda-graphs, or "
+            "pass --device cuda",
+        )
+    if compile:
+        raise ConfigError(
+            "cuda_graphs=True and compile=True are two ways to one end (fewer kernel launches "
+            "a forward): pass one of them",
+            cli_message="--cuda-graphs and --compile are two ways to one end (fewer kernel "
+            "launches a forward): pass one of them",
         )

@@ -147,3 +147,22 @@ def choose_dtype(
             cli_message=f"unknown --dtype {requested!r}: use one of {', '.join(DTYPE_CHOICES)}",
         )
     return DtypeChoice(getattr(torch, name), "as requested")
+
+
+def dtype_choice(
+    dtype: str | None, *, pair: str | None = None, device: str | torch.device | None = None
+) -> DtypeChoice:
+    """The dtype load_models(pair, dtype=dtype, device=device) loads in, and why, without
+    loading anything.
+
+    For "auto" the dtype is that of a GGUF preset (float32); a folder's own may differ.
+    """
+    if dtype is None and (pair or "").strip().lower() == "tiny":
+        return DtypeChoice(torch.float32, "the built-in tiny pair is float32")
+    choice = choose_dtype(dtype, "cpu" if device is None else device)
+    return DtypeChoice(torch.float32, choice.reason) if choice.dtype == AUTO else choice
+
+
+def dtype_name(dtype: str | None, *, pair: str | None = None) -> str:
+    """The dtype load_models(pair, dtype=dtype) gives, by name, without loading anything."""
+    return dtype_choice(dtype, pair=pair).name

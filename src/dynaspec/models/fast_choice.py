@@ -114,7 +114,8 @@ def choose_fast(
 
 def check_fast(fast: str | None, **asked: Any) -> None:
     """ConfigError unless `fast` is "auto" or None, and unless, with "auto", the fast-path
-    options in `asked` (static=, compile=, quantize=, draft_quantize=) are all unset:
+    options in `asked` (static=, compile=, quantize=, draft_quantize=, cuda_graphs=) are all
+    unset:
     fast="auto" sets them itself."""
     if fast not in FAST_CHOICES:
         raise ConfigError(f"unknown fast={fast!r}: pass fast='auto' or fast=None")

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dynaspec.backends.kernels import registry as kernel_registry
 from dynaspec.backends.llamacpp import LlamaCppAdapter
 from dynaspec.backends.static import make_fast
 from dynaspec.compat.validation import eos_ids
@@ -26,20 +25,28 @@ from dynaspec.errors import (
     UnsupportedModelError,
 )
 from dynaspec.models import cache as model_cache
-from dynaspec.models import memory
 from dynaspec.models.compatibility import (  # noqa: F401 (check_pair_compatible: API)
     _check_logit_widths,
     _check_tokenizers,
     _logit_width,
     check_pair_compatible,
 )
-from dynaspec.models.devices import DeviceArg, check_cpu_only_options, is_cpu, resolve_device
-from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES: --dtype of every command)
+from dynaspec.models.devices import (
+    DeviceArg,
+    check_cpu_only_options,
+    is_cpu,
+    is_cuda,
+    resolve_device,
+    use_cuda_graphs,
+)
+from dynaspec.models.dtype import (  # noqa: F401 (DTYPE_CHOICES, dtype_choice, dtype_name: API)
     AUTO,
     DEFAULT_DTYPE,
     DTYPE_CHOICES,
     DtypeChoice,
     choose_dtype,
+    dtype_choice,
+    dtype_name,
     machine_dtype,
 )
 from dynaspec.models.fast_choice import FastChoice, check_fast, choose_fast
@@ -50,6 +57,7 @@ from dynaspec.models.folders import (
     _looks_like_hub_id,
 )
 from dynaspec.models.llamacpp_draft import SAME, llamacpp_gguf
+from dynaspec.models.memory import check_pair_memory as _check_pair_memory
 from dynaspec.models.presets import (
     DEFAULT_PAIR,
     ModelPreset,
@@ -150,6 +158,7 @@ def load_model(
     static: bool = False,
     compile: bool = False,
     quantize: str | None = None,
+    cuda_graphs: bool | None = None,
 ) -> tuple[Any, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode. Returns (model, tokenizer).
 
@@ -159,14 +168,15 @@ def load_model(
     compiled with torch.compile (`compile=True`), weight-only int8/int4 linear layers
     (`quantize="int8"`). It exposes `config`, `generation_config`, `device` and
     `compile_time_s`; the transformers model itself is released. Llama/Qwen2-style only.
+    `cuda_graphs`: CUDA graphs on the static path, as in load_pair.
     """
+    graphs = use_cuda_graphs(device, cuda_graphs, static=static, compile=compile)
     model, tokenizer = _load_model(
         name_or_path, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
     label = fast_copy_label(name_or_path)
-    fast = make_fast(
-        model, static=static, compile=compile, quantize=quantize, release=True, progress=label
-    )
+    options = {"static": static, "compile": compile, "quantize": quantize, "graphs": graphs}
+    fast = make_fast(model, **options, release=True, progress=label)
     return fast, tokenizer
 
 
@@ -236,6 +246,7 @@ def load_pair(
     quantize: str | None = None,
     draft_quantize: str | None = SAME_AS_TARGET,
     fast: str | None = None,
+    cuda_graphs: bool | None = None,
 ) -> ModelPair:
     """Load a target/draft pair preset (default "qwen2.5-coder") and check they agree.
 
@@ -253,14 +264,13 @@ def load_pair(
     for the prompt lookup it chose. It refuses static=, compile=, quantize= and
     draft_quantize= beside it. fast=None (default): the models as asked, transformers'
     forward when nothing is asked.
+    `cuda_graphs`: CUDA graphs on the static path of a model on a GPU (backends/graphs.py):
+    None (default) wherever it runs there; True: the static path with them; False: none.
     """
     draft_device = device if draft_device is None else draft_device
-    resolve_device(device)
-    resolve_device(draft_device)
-    asked = None if draft_quantize == SAME_AS_TARGET else draft_quantize
-    check_fast(fast, static=static, compile=compile, quantize=quantize, draft_quantize=asked)
-    check_cpu_only_options(device, quantize=quantize)
-    check_cpu_only_options(draft_device, draft_quantize=asked)
+    asked = {"static": static, "compile": compile, "quantize": quantize, "cuda_graphs": cuda_graphs}
+    _check_pair_options(fast, (device, draft_device), asked, draft_quantize)
+    static = static or bool(cuda_graphs)  # cuda_graphs=True: the static path, with graphs
     pair = get_pair_preset(default_pair_name() if name is None else name)
     target_preset = get_model_preset(pair.target)
     draft_preset = get_model_preset(pair.draft)
@@ -283,7 +293,8 @@ def load_pair(
     check_gguf_pair(*sources, target_name=pair.target, draft_name=pair.draft)
     if draft_quantize == SAME_AS_TARGET:
         draft_quantize = quantize
-    options = {"static": static, "compile": compile, "release": True}
+    asked["static"] = static  # as chosen (fast="auto", cuda_graphs=True)
+    fast_of = _fast_of(asked, (device, draft_device), (quantize, draft_quantize))
     target, target_tokenizer = load_preset(
         target_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=device
     )
@@ -291,9 +302,8 @@ def load_pair(
     # The fast target first, then the draft: the adapter keeps only what it runs, so its
     # prepacked or quantized copies replace the transformers weights before the draft loads
     # (the peak holds the target twice, never the target twice and the draft).
-    fast_target = make_fast(
-        target, **options, quantize=quantize, progress=fast_copy_label(pair.target)
-    )
+    label = fast_copy_label(pair.target)
+    fast_target = make_fast(target, **fast_of[0], release=True, progress=label)
     del target
     draft, draft_tokenizer = load_preset(
         draft_preset, dtype=dtype, threads=threads, cache_dir=cache_dir, device=draft_device
@@ -301,8 +311,48 @@ def load_pair(
     _check_tokenizers(target_tokenizer, draft_tokenizer, (pair.target, pair.draft))
     _check_logit_widths(target_rows, _logit_width(draft))
     label = fast_copy_label(pair.draft)
-    fast_draft = make_fast(draft, **options, quantize=draft_quantize, draft=True, progress=label)
+    fast_draft = make_fast(draft, **fast_of[1], draft=True, release=True, progress=label)
     return ModelPair(pair.name, fast_target, fast_draft, target_tokenizer, choice)
+
+
+def _check_pair_options(
+    fast: str | None,
+    devices: tuple[DeviceArg, DeviceArg],
+    asked: dict[str, Any],
+    draft_quantize: str | None,
+) -> None:
+    """Before anything loads: the devices are on this machine, `fast` goes with the options
+    `asked` (static, compile, quantize, cuda_graphs), and no option runs where it cannot."""
+    device, draft_device = devices
+    resolve_device(device)
+    resolve_device(draft_device)
+    draft = None if draft_quantize == SAME_AS_TARGET else draft_quantize
+    check_fast(fast, **asked, draft_quantize=draft)
+    use_cuda_graphs(device, asked["cuda_graphs"], static=asked["static"], compile=asked["compile"])
+    check_cpu_only_options(device, quantize=asked["quantize"])
+    check_cpu_only_options(draft_device, draft_quantize=draft)
+
+
+def _fast_of(
+    asked: dict[str, Any],
+    devices: tuple[DeviceArg, DeviceArg],
+    quantizes: tuple[str | None, str | None],
+) -> list[dict[str, Any]]:
+    """make_fast's keywords for the target and the draft on their `devices`, each with its
+    quantization: graphs where a device is a CUDA GPU (cuda_graphs=True was checked for the
+    target's before anything loaded)."""
+    static, compile, graphs = asked["static"], asked["compile"], asked["cuda_graphs"]
+    return [
+        {
+            "static": static,
+            "compile": compile,
+            "quantize": quantize,
+            "graphs": use_cuda_graphs(
+                device, graphs and is_cuda(device), static=static, compile=compile
+            ),
+        }
+        for device, quantize in zip(devices, quantizes, strict=True)
+    ]
 
 
 def _fitting_choice(
@@ -321,33 +371,6 @@ def _fitting_choice(
         )
         return choice.without_static("too little memory for the static path's copy")
     return choice
-
-
-def _check_pair_memory(
-    name: str,
-    dtype: torch.dtype,
-    target: ModelPreset,
-    draft: ModelPreset,
-    fast: bool,
-    quantize: str | None = None,
-) -> None:
-    """Refuses before anything is converted or loaded when the machine has too little memory
-    (models/memory.py); a target quantized on its kernel counts its copy at the kernel's
-    bytes a weight."""
-    per_weight = None if quantize is None else kernel_registry.weight_bytes(quantize, dtype)
-    need = memory.pair_need(
-        name,
-        dtype,
-        (target.name, target.num_parameters),
-        (draft.name, draft.num_parameters),
-        fast=fast,
-        copy_bytes_per_weight=per_weight,
-    )
-    fixes, cli_fixes = [], []
-    if dtype == torch.float32:
-        fixes.append('load in bfloat16 (dtype="bfloat16": half the memory)')
-        cli_fixes.append("pass --dtype bfloat16 (half the memory)")
-    memory.check_memory(need, fixes=fixes, cli_fixes=cli_fixes)
 
 
 @dataclass(frozen=True)
@@ -388,6 +411,7 @@ def load_model_set(
     other_tokenizer: bool = False,
     draft_engine: str = "torch",
     fast: str | None = None,
+    cuda_graphs: bool | None = None,
 ) -> NamedModels:
     """The target, the draft and their tokenizers.
 
@@ -399,7 +423,7 @@ def load_model_set(
     threads: torch intra-op threads; None uses every core, or one for the tiny pair (its
     models are all per-op overhead: one thread is fastest).
     device: where both models run, as in load_pair (CPU-only options: CpuOnlyOptionError).
-    static, compile, quantize, draft_quantize: the fast path, as in load_pair.
+    static, compile, quantize, draft_quantize, cuda_graphs: the fast path, as in load_pair.
     with_draft=False: the draft is neither loaded nor returned (None), e.g. for --no-draft.
     other_tokenizer: a named `draft` of another family keeps its own tokenizer
     (`draft_tokenizer`, for generate()'s assistant_tokenizer=) instead of being refused.
@@ -415,10 +439,11 @@ def load_model_set(
         gguf = llamacpp_gguf(pair, target, draft, draft_quantize, other_tokenizer)
         where = {"dtype": dtype, "threads": threads, "device": device, "fast": fast}
         options = {"static": static, "compile": compile, "quantize": quantize, **where}
+        options["cuda_graphs"] = cuda_graphs
         alone = load_model_set(pair, target=target, with_draft=False, **options)
         return replace(alone, draft=LlamaCppAdapter(gguf, threads=threads))
     tiny_pair = target is None and (pair or DEFAULT_PAIR).strip().lower() == "tiny"
-    asked = {"static": static, "compile": compile, "quantize": quantize}
+    asked = {"static": static, "compile": compile, "quantize": quantize, "cuda_graphs": cuda_graphs}
     if target is None and not tiny_pair and with_draft:  # load_pair chooses (and fits) itself
         where = {"dtype": dtype, "threads": threads, "device": device, "fast": fast}
         loaded = load_pair(pair, **where, **asked, draft_quantize=draft_quantize)
@@ -426,6 +451,7 @@ def load_model_set(
     tiny_dtype = "float32" if tiny_pair and dtype is None else dtype  # the tiny pair's
     choice, static, draft_quantize = _resolve_fast(fast, device, tiny_dtype, asked, draft_quantize)
     options = {"static": static, "compile": compile, "quantize": quantize}
+    options["graphs"] = use_cuda_graphs(device, cuda_graphs, static=static, compile=compile)
     draft_options = {**options, "quantize": draft_quantize, "draft": True}
     if tiny_pair:
         set_threads(threads or 1)
@@ -519,11 +545,8 @@ def _load_named_models(
         sources = [gguf_source(name, _gguf_dtype(dtype, device)) for name in (target, draft)]
         check_gguf_pair(*sources, target_name=names[0], draft_name=names[1])
     where = {"dtype": dtype, "threads": threads, "device": device}
-    if fall_back:
-        loaded, tokenizer = _load_model(target, **where)
-        target_model = _fast_model(loaded, fast, names[0], "target", fall_back=True)
-    else:
-        target_model, tokenizer = load_model(target, **where, **fast)
+    loaded, tokenizer = _load_model(target, **where)
+    target_model = _fast_model(loaded, fast, names[0], "target", fall_back=fall_back)
     if draft is None:
         return NamedModels(target_model, None, tokenizer)
     draft_model, draft_tokenizer = _load_model(draft, dtype=dtype, threads=threads, device=device)
@@ -560,25 +583,6 @@ def _fast_model(
             f"{type(model).__name__})"
         )
         return model
-
-
-def dtype_choice(
-    dtype: str | None, *, pair: str | None = None, device: DeviceArg = None
-) -> DtypeChoice:
-    """The dtype load_models(pair, dtype=dtype, device=device) loads in, and why, without
-    loading anything.
-
-    For "auto" the dtype is that of a GGUF preset (float32); a folder's own may differ.
-    """
-    if dtype is None and (pair or "").strip().lower() == "tiny":
-        return DtypeChoice(torch.float32, "the built-in tiny pair is float32")
-    choice = choose_dtype(dtype, "cpu" if device is None else device)
-    return DtypeChoice(torch.float32, choice.reason) if choice.dtype == AUTO else choice
-
-
-def dtype_name(dtype: str | None, *, pair: str | None = None) -> str:
-    """The dtype load_models(pair, dtype=dtype) gives, by name, without loading anything."""
-    return dtype_choice(dtype, pair=pair).name
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
+from dynaspec.backends.kernels import registry as kernel_registry
 from dynaspec.errors import InsufficientMemoryError
 from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
+
+if TYPE_CHECKING:
+    from dynaspec.models.presets import ModelPreset
 
 GB = 1e9
 OVERHEAD_BYTES = int(0.5 * GB)  # torch, transformers, the tokenizer, activations: at least
@@ -98,3 +103,30 @@ def check_memory(
     raise InsufficientMemoryError(
         message(fixes), cli_message=message(fixes if cli_fixes is None else cli_fixes)
     )
+
+
+def check_pair_memory(
+    name: str,
+    dtype: torch.dtype,
+    target: ModelPreset,
+    draft: ModelPreset,
+    fast: bool,
+    quantize: str | None = None,
+) -> None:
+    """Refuses before anything is converted or loaded when the machine has too little memory
+    (this module); a target quantized on its kernel counts its copy at the kernel's
+    bytes a weight."""
+    per_weight = None if quantize is None else kernel_registry.weight_bytes(quantize, dtype)
+    need = pair_need(
+        name,
+        dtype,
+        (target.name, target.num_parameters),
+        (draft.name, draft.num_parameters),
+        fast=fast,
+        copy_bytes_per_weight=per_weight,
+    )
+    fixes, cli_fixes = [], []
+    if dtype == torch.float32:
+        fixes.append('load in bfloat16 (dtype="bfloat16": half the memory)')
+        cli_fixes.append("pass --dtype bfloat16 (half the memory)")
+    check_memory(need, fixes=fixes, cli_fixes=cli_fixes)

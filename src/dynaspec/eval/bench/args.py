@@ -10,6 +10,7 @@ from dynaspec.eval.bench.methods import DEFAULT_METHODS, METHODS
 from dynaspec.mismatch import DEFAULT_TIE_STEPS
 from dynaspec.models.arguments import (
     ModelFlagsHelp,
+    add_cuda_graphs_argument,
     add_model_arguments,
     check_device_arguments,
     float_in,
@@ -93,6 +94,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_repeat(run)
     _add_fast_compile(run)
+    add_cuda_graphs_argument(run, path="the fast methods on")
     run.add_argument(
         "--batch",
         metavar="SIZES",

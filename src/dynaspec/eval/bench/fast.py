@@ -171,9 +171,12 @@ class FastModels:
         compile: bool,
         max_length: int,
         draft_gguf: Path | None = None,
+        graphs: bool = False,
     ) -> None:
+        """`graphs`: the unquantized variants replay CUDA graphs (backends/graphs.py)."""
         self.models = {"target": target, "draft": draft}
         self.compile = compile
+        self.graphs = graphs
         self.max_length = max_length  # the longest prompt + max_new_tokens of the run
         self.draft_gguf = draft_gguf  # the draft's GGUF, for the "llamacpp" draft variant
         self.adapters: dict[tuple[str, str], Any] = {}
@@ -199,7 +202,8 @@ class FastModels:
             fields.update(role_fields(draft=role == "draft"))  # as make_fast(draft=...)
             if self.compile:
                 fields["prepack"] = False
-            config = FastConfig(compile=self.compile, **fields)
+            graphs = self.graphs and "quantize" not in fields  # the integer kernels: CPU only
+            config = FastConfig(compile=self.compile, cuda_graphs=graphs, **fields)
             start = perf_counter()
             adapter = StaticAdapter(self.models[role], config)
             adapter.warmup(self.max_length)  # compiles every bucket now, not while timed

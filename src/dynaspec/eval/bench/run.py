@@ -84,6 +84,7 @@ from dynaspec.eval.bench.records import (
 )
 from dynaspec.eval.bench.runner import MethodRunner
 from dynaspec.eval.data import Prompt
+from dynaspec.models.devices import use_cuda_graphs
 from dynaspec.models.loading import eos_token_ids, load_models
 from dynaspec.models.presets import DEFAULT_PAIR, get_pair_preset
 from dynaspec.prompts import render_prompt, should_use_chat
@@ -336,7 +337,11 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
         "warmup": not args.no_warmup,
         # the static methods' adapters, built on first use (eval/bench/fast.py)
         "fast": FastModels(
-            target, draft, compile=False, max_length=max(p.shape[1] for p in prompts) + max_new
+            target,
+            draft,
+            compile=False,
+            max_length=max(p.shape[1] for p in prompts) + max_new,
+            graphs=_graphs(args),
         ),
     }
     print(
@@ -351,6 +356,14 @@ def _run_batch_bench(args: argparse.Namespace) -> int:
 
 
 # ---- loading ----------------------------------------------------------------------------
+
+
+def _graphs(args: argparse.Namespace) -> bool:
+    """Whether the fast methods replay CUDA graphs: --cuda-graphs, else on a CUDA device
+    unless --no-cuda-graphs or --fast-compile."""
+    compile = getattr(args, "fast_compile", False)
+    asked = getattr(args, "cuda_graphs", None)
+    return use_cuda_graphs(getattr(args, "device", None), asked, static=True, compile=compile)
 
 
 def _load_models(args: argparse.Namespace) -> tuple[str, str, str, Any, Any, Any]:
@@ -403,6 +416,7 @@ def _peers(
             compile=args.fast_compile,
             max_length=longest + max_new_tokens,
             draft_gguf=_draft_gguf(args, methods),
+            graphs=_graphs(args),
         )
     if LLAMACPP in methods or LLAMACPP_LOOKUP in methods:
         from dynaspec.eval.llamacpp_peer import LlamaCppPeer
