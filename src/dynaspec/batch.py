@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+import dynaspec.drafters as drafters
 from dynaspec.backends.hf import as_adapter
 from dynaspec.backends.row_adapters import RowAdapters, own_adapter
 from dynaspec.backends.static import StaticAdapter
@@ -42,8 +43,7 @@ from dynaspec.core.request import Request
 from dynaspec.core.row import Row
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
-from dynaspec.drafters import make_drafter
-from dynaspec.drafters.batch import BatchDrafter
+from dynaspec.drafters.batch import SHARED_FORWARDS, BatchDrafter
 from dynaspec.drafters.rows import RowDrafters
 from dynaspec.drafters.suffix_cache import SuffixScope
 from dynaspec.errors import (
@@ -217,17 +217,30 @@ class DraftSources:
     suffix: SuffixScope | None = None  # the suffix cache's scope the rows read (None: none)
 
     def drafter(self, vocab_size: int, eos_token_ids: tuple[int, ...]) -> Any:
-        """The batch's drafter: shared draft forwards (`BatchDrafter`), or, for a draft
-        with another tokenizer, one single-sequence drafter per row (`RowDrafters`)."""
-        if self.texts is None:
-            return batch_drafter(
-                self.draft_batch, self.lookup, vocab_size, eos_token_ids, self.suffix
-            )
-        draft, lookup, texts, method = self.draft, self.lookup, self.texts, self.method
+        """The batch's drafter: what `make_drafter` makes for one sequence, with the draft
+        model's forwards shared between the rows (`BatchDrafter`) where it is one of the
+        sources that drafter batches (`SHARED_FORWARDS`), else one single-sequence drafter
+        per row (`RowDrafters`: a draft with another tokenizer, any other drafter), so that
+        a drafter written once for generate() drafts in batches and the server too."""
+        draft, lookup, texts, method, suffix = (
+            self.draft,
+            self.lookup,
+            self.texts,
+            self.method,
+            self.suffix,
+        )
+        if texts is None:  # what make_drafter chooses; nothing of it is begun
+            chosen = drafters.make_drafter(self.draft_batch, vocab_size, eos_token_ids, lookup,
+                                           suffix=suffix)  # fmt: skip
+            if chosen is None:
+                return None
+            if type(chosen) in SHARED_FORWARDS:
+                return batch_drafter(self.draft_batch, lookup, vocab_size, eos_token_ids, suffix)
 
         def make() -> Any:
-            return make_drafter(
-                own_adapter(draft), vocab_size, eos_token_ids, lookup, texts, method, self.suffix
+            model = None if draft is None else own_adapter(draft)
+            return drafters.make_drafter(
+                model, vocab_size, eos_token_ids, lookup, texts, method, suffix
             )
 
         return RowDrafters(make)

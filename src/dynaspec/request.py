@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+import dynaspec.drafters as drafters
 from dynaspec.backends import as_adapter
 from dynaspec.backends.graphs import verify_buckets
 from dynaspec.backends.weights import draft_cost_ratio
@@ -44,7 +45,7 @@ from dynaspec.core.protocols import Drafter, LookaheadPolicy, ModelAdapter
 from dynaspec.core.request import Request
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.sharing import separate_draft
-from dynaspec.drafters import LookupConfig, lookup_config, make_drafter
+from dynaspec.drafters import LookupConfig, lookup_config
 from dynaspec.drafters.suffix_cache import SuffixCache, SuffixScope, as_scope
 from dynaspec.policies import make_policy
 
@@ -217,7 +218,7 @@ def sequence_request(
     fresh = make_policy(options.spec, draft_cost_ratio(target, draft), verify_buckets(target))
     vocab, eos = models.target.vocab_size, limits.eos_token_ids
     suffix = options.suffix()
-    drafter = make_drafter(models.draft, vocab, eos, lookup, models.texts, method, suffix)
+    drafter = drafters.make_drafter(models.draft, vocab, eos, lookup, models.texts, method, suffix)
     request = make_request(
         call,
         prompt,

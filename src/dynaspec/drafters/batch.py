@@ -22,14 +22,17 @@ from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, St
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
 from dynaspec.drafters.draft_model import ModelDrafter
-from dynaspec.drafters.hybrid import guess, join
+from dynaspec.drafters.hybrid import HybridDrafter, guess, join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
 from dynaspec.drafters.rows import RowStopper
-from dynaspec.drafters.suffix import offer_suffix
+from dynaspec.drafters.suffix import SuffixDrafter, offer_suffix
 from dynaspec.drafters.suffix_cache import SuffixScope
 
 DRAFT_SOURCES = ("model", "lookup", "suffix")  # what a row may be limited to (`join`)
 ALL_SOURCES = frozenset(DRAFT_SOURCES)
+# The drafters (of make_drafter) whose sources BatchDrafter drafts with the draft model's
+# forwards shared between the rows; any other drafts row by row (drafters/rows.py)
+SHARED_FORWARDS = (ModelDrafter, PromptLookupDrafter, HybridDrafter, SuffixDrafter)
 
 
 @dataclass

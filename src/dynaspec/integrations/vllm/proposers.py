@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+import dynaspec.drafters as drafters
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.compat.records import SamplingConfig
 from dynaspec.core.protocols import Drafter, LookaheadPolicy
 from dynaspec.core.request import Request
 from dynaspec.core.sampling import TokenSampler
-from dynaspec.drafters import make_drafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, match_for
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache, SuffixScope
 from dynaspec.errors import ConfigError
@@ -218,7 +218,7 @@ class LookupProposer(DynaspecProposer):
             max_matching_ngram_size=self.settings.ngram,
             match=match_for(self.settings.schedule),  # as generate() chooses
         )
-        self.lookup = make_drafter(
+        self.lookup = drafters.make_drafter(
             None,
             self.settings.vocab_size,
             self.settings.eos_token_ids,
@@ -264,7 +264,7 @@ class DraftModelProposer(DynaspecProposer):
         """A draft model's drafter of its own (its cache) for a new request, or one forgotten
         while it was away, with the request's tokens read."""
         settings = self.settings
-        drafter = make_drafter(
+        drafter = drafters.make_drafter(
             HFAdapter(self.model),
             settings.vocab_size,
             settings.eos_token_ids,
