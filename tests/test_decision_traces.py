@@ -75,14 +75,16 @@ def test_decisions_are_those_recorded(scenario) -> None:
 
 
 def batch_driver(schedule: str, packed: bool = False):
-    """The scenario's calls on a batch policy of one row (the server with one request):
-    `BatchAdaptivePolicy` for adaptive (`packed`: over a target that packs its rows, the
-    static batch adapter), a policy per row for the others."""
+    """The scenario's calls on a batch of one row (the server with one request): the batch
+    rule `BatchAdaptivePolicy` for adaptive (`packed`: over a target that packs its rows, the
+    static batch adapter); the others plan each row with its own policy, the single one."""
     from dynaspec.batch import batch_policy
 
     lookahead = 5 if schedule == "heuristic" else 20
     spec = SpecConfig(lookahead, num_assistant_tokens_schedule=schedule)
     policy = batch_policy(spec, 0, packed=packed)
+    if policy is None:  # the row's own policy: the single driver's
+        return driver(schedule)
     policy.join()
     plans: dict[int, DraftPlan] = {}
 

@@ -53,7 +53,6 @@ from dynaspec.errors import (
 )
 from dynaspec.meminfo import SKIP_ENV, available_bytes, check_skipped
 from dynaspec.policies import make_policy
-from dynaspec.policies.batch import PerRow
 from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
 from dynaspec.request import CallOptions, make_request, resolve_call
 
@@ -74,7 +73,7 @@ def generate_batch(
     """generate() for (B, T) input_ids: the call's options typed (CallOptions), a Request
     per row (dynaspec/request.py); started: time.time() at the call's start."""
     ids, mask = check_batch(input_ids, attention_mask, options.keywords.get("pad_token_id"))
-    streamers, policy = check_row_options(len(ids), options)
+    streamers, given = check_row_options(len(ids), options)
     _refuse(target, draft)
     texts = draft_texts(target, draft, options.tokenizer, options.assistant_tokenizer)
     target_batch = batch_adapter(target)
@@ -97,12 +96,17 @@ def generate_batch(
     suffix = options.suffix()
     sources = DraftSources(draft, draft_batch, options.lookup(), texts, method, suffix)
     drafter = sources.drafter(target_batch.vocab_size, limits.eos_token_ids)
+    policy = given if isinstance(given, BatchPolicy) else None
+    if given is None:
+        cost = draft_cost_ratio(target, draft)
+        shared = shares_forwards(target_batch, drafter)
+        packed = target_batch.packs_rows
+        policy = batch_policy(options.spec, len(rows), cost, packed, fixed=True, shared=shared)
+        given = [make_policy(options.spec, cost) for _ in rows] if policy is None else None
+    if isinstance(given, list):  # each row plans with its own policy
+        for row, own in zip(rows, given, strict=True):
+            row.policy = own
     with torch.inference_mode():
-        if policy is None:
-            cost = draft_cost_ratio(target, draft)
-            shared = shares_forwards(target_batch, drafter)
-            packed = target_batch.packs_rows
-            policy = batch_policy(options.spec, len(rows), cost, packed, fixed=True, shared=shared)
         wall = decode_batch(target_batch, drafter, ids, mask, rows, policy)
     if suffix is not None:  # the rows share one index
         for row in rows:
@@ -120,24 +124,21 @@ def batch_policy(
     packed: bool = False,
     fixed: bool = False,
     shared: bool = True,
-) -> BatchPolicy:
-    """adaptive: one rule over the batch's shared forwards; the fixed schedules, and every
-    schedule where the rows do not share their forwards (`shared` False: a draft with
-    another tokenizer, a sliding-window target): a policy per row, each as it would be
-    alone. `draft_cost`: make_policy's; `packed`: the target adapter's `packs_rows`;
-    `fixed`: no row joins (the call ends with its longest row)."""
-    if spec.num_assistant_tokens_schedule == "adaptive" and shared:
-        policy = BatchAdaptivePolicy(
-            rows, max_tokens=spec.num_assistant_tokens, packed=packed, fixed=fixed
-        )
-        if draft_cost is not None:
-            policy.shared.expect_draft_cost(draft_cost)
-        return policy
-
-    def make() -> LookaheadPolicy:
-        return make_policy(spec, draft_cost)
-
-    return PerRow([make() for _ in range(rows)], make=make)
+) -> BatchPolicy | None:
+    """adaptive: the batch rule that prices the rows' drafts on their shared forwards; None
+    for the fixed schedules, and every schedule where the rows do not share their forwards
+    (`shared` False: a draft with another tokenizer, a sliding-window target): each row then
+    plans with a policy of its own (`make_policy`), as it would alone. `draft_cost`:
+    make_policy's; `packed`: the target adapter's `packs_rows`; `fixed`: no row joins (the
+    call ends with its longest row)."""
+    if spec.num_assistant_tokens_schedule != "adaptive" or not shared:
+        return None
+    policy = BatchAdaptivePolicy(
+        rows, max_tokens=spec.num_assistant_tokens, packed=packed, fixed=fixed
+    )
+    if draft_cost is not None:
+        policy.shared.expect_draft_cost(draft_cost)
+    return policy
 
 
 def shares_forwards(target: BatchModelAdapter, drafter: Any) -> bool:
@@ -146,11 +147,13 @@ def shares_forwards(target: BatchModelAdapter, drafter: Any) -> bool:
     return not isinstance(target, RowAdapters) and not isinstance(drafter, RowDrafters)
 
 
-def check_row_options(rows: int, options: CallOptions) -> tuple[list[Any], BatchPolicy | None]:
+def check_row_options(
+    rows: int, options: CallOptions
+) -> tuple[list[Any], BatchPolicy | list[LookaheadPolicy] | None]:
     """A batch's per-row options: `streamer=` a sequence of one streamer (or None) per row,
     `policy=` a BatchPolicy or a sequence of one LookaheadPolicy per row (UnsupportedOptionError
-    otherwise, saying what to pass). Returns the streamers and the batch policy (None: the
-    schedule's)."""
+    otherwise, saying what to pass). Returns the streamers and the batch rule or the rows'
+    policies (None: the schedule's)."""
     streamer, policy = options.streamer, options.policy
     per_row = f"a list of {rows} (one per row, in row order)"
     if streamer is None:
@@ -173,7 +176,7 @@ def check_row_options(rows: int, options: CallOptions) -> tuple[list[Any], Batch
             raise UnsupportedOptionError(
                 "policy=: each row learns on its own: pass a policy object per row"
             )
-        return streamers, PerRow(list(policy))
+        return streamers, list(policy)
     raise UnsupportedOptionError(
         "policy= is one policy object, and every row of a batch learns with its own: pass "
         f"{per_row} of policy objects, a BatchPolicy, or num_assistant_tokens_schedule= "

@@ -50,7 +50,7 @@ from dynaspec.drafters import lookup_config
 from dynaspec.drafters.batch import DRAFT_SOURCES, BatchDrafter
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
 from dynaspec.errors import ConfigError, InputError
-from dynaspec.policies.batch import PerRow
+from dynaspec.policies import make_policy
 from dynaspec.request import CallOptions, make_request, resolve_call
 
 
@@ -117,13 +117,16 @@ class ContinuousBatch:
         self.drafter = sources.drafter(self.target.vocab_size, eos)
         shared = shares_forwards(self.target, self.drafter)
         cost = draft_cost_ratio(target, draft)
-        made = batch_policy(spec, 0, cost, self.target.packs_rows, shared=shared)
+        # the batch rule that plans the rows together, or None: each row plans with its own
+        # policy, made as it joins by `new_policy`
+        self.policy: BatchPolicy | None = None
+        self.new_policy: Callable[[], LookaheadPolicy] = lambda: make_policy(spec, cost)
         if policy is None:
-            self.policy = made
+            self.policy = batch_policy(spec, 0, cost, self.target.packs_rows, shared=shared)
         elif isinstance(policy, BatchPolicy):
             self.policy = policy
         elif callable(policy):
-            self.policy = PerRow([], make=policy)
+            self.new_policy = policy
         else:
             raise ConfigError(
                 f"policy= takes a BatchPolicy or a function that makes a policy per row "
@@ -237,7 +240,10 @@ class ContinuousBatch:
                 self.drafter.join(ids, joining.scope, joining.sources)
             elif self.drafter is not None:
                 self.drafter.join(ids)
-        self.policy.join(joining.done, joining.seconds)
+        if self.policy is not None:
+            self.policy.join(joining.done, joining.seconds)
+        elif row.policy is None:
+            row.policy = self.new_policy()
         self.rows.append(row)
         sampler = row.sampler  # a seeded stream draws its first token with the next round
         if sampler.config.do_sample and sampler.config.seed is not None and not sampler.keyed_seed:
@@ -272,7 +278,6 @@ class ContinuousBatch:
             self.target.leave(keep)
             if self.drafter is not None:
                 self.drafter.leave(keep)
-        self.policy.leave(keep)
         self.rows = [self.rows[index] for index in keep]
         for row in left:  # a row that ended has had its streamer's end(); one cut short now
             if row.streamer is not None and not row.done:

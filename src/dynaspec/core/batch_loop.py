@@ -1,10 +1,14 @@
 """The decoding loop over a batch of rows: every row drafts and is checked as it would be
 alone, and the target checks all rows in one forward per round.
 
-Rounds are ragged: each row offers, plans (its own policy), drafts and accepts its own
-number of tokens, and a row that ends (EOS, its length, a stopping criterion) stops being fed
-while the others go on. The verification, the acceptance rule, the cuts and the records are
+Rounds are ragged: each row offers, plans, drafts and accepts its own number of tokens, and
+a row that ends (EOS, its length, a stopping criterion) stops being fed while the others go
+on. The verification, the acceptance rule, the cuts and the records are
 those of the single-sequence loop (core/loop.py); only the forwards are shared.
+
+Each row plans with its own policy (`Row.policy`, the `LookaheadPolicy` of a sequence alone),
+unless a batch rule (`BatchPolicy`: the adaptive rule, which prices the rows' drafts on the
+forwards they share) coordinates the rows; then it plans, stops and learns for all of them.
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ from time import perf_counter
 import torch
 
 from dynaspec.core.loop import Checked, check
-from dynaspec.core.protocols import BatchDrafter, BatchModelAdapter, BatchPolicy
-from dynaspec.core.round import DraftPlan, Proposal, Round, StopReason
+from dynaspec.core.protocols import (
+    BatchDrafter,
+    BatchModelAdapter,
+    BatchPolicy,
+    BatchStopper,
+    Stopper,
+)
+from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, Round, StopReason
 from dynaspec.core.row import Row
 from dynaspec.core.timing import device_clock
 
@@ -38,9 +48,10 @@ def decode_batch(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     rows: list[Row],
-    policy: BatchPolicy,
+    policy: BatchPolicy | None = None,
 ) -> float:
     """Runs batch rounds until every row has ended; the rows keep their tokens and stats.
+    `policy`: the batch rule that plans the rows together (None: each row's own).
     Returns the wall time of the call."""
     started = perf_counter()
     target.begin(input_ids, attention_mask)
@@ -58,12 +69,13 @@ def decode_batch(
 def batch_round(
     target: BatchModelAdapter,
     drafter: BatchDrafter | None,
-    policy: BatchPolicy,
+    policy: BatchPolicy | None,
     rows: Sequence[Row],
     round_start: float,
 ) -> list[Round | None]:
     """One round over the rows (an ended row takes no part): draft, verify in one target
-    forward, commit each row's new tokens, let the policy learn, roll the caches back.
+    forward, commit each row's new tokens, let the policies learn (`policy`, the batch rule,
+    or None: each row's own), roll the caches back.
     round_start: perf_counter() when the round began (its time counts from there).
     Returns each row's record (None for a row that had ended)."""
     drafts = _draft(drafter, policy, rows)
@@ -74,7 +86,12 @@ def batch_round(
         for row, step in zip(rows, checked, strict=True)
     ]
     records = [None if one is None else one[0] for one in made]
-    policy.update(records)
+    if policy is not None:
+        policy.update(records)
+    else:
+        for row, record in zip(rows, records, strict=True):
+            if record is not None and row.policy is not None:
+                row.policy.update(record)
     target.crop([row.length - 1 for row in rows])
     if drafter is not None:
         drafter.crop([row.length - 1 for row in rows])
@@ -90,7 +107,9 @@ def _no_drafts(rows: Sequence[Row]) -> _Drafts:
     return _Drafts([DraftPlan()] * len(rows), empty, [StopReason.NONE] * len(rows))
 
 
-def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row]) -> _Drafts:
+def _draft(
+    drafter: BatchDrafter | None, policy: BatchPolicy | None, rows: Sequence[Row]
+) -> _Drafts:
     """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
     none = _no_drafts(rows)
     if drafter is None:
@@ -101,7 +120,7 @@ def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row
         None if row.done else drafter.offer(index, row.committed, row.pads)
         for index, row in enumerate(rows)
     ]
-    wanted = policy.plan(options, rooms)
+    wanted = _plan(policy, rows, options, rooms)
     plans = [plan.within(room - 1) for plan, room in zip(wanted, rooms, strict=True)]
     for index, plan in enumerate(wanted):
         if plan.total:
@@ -111,7 +130,7 @@ def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row
         sequences,
         options,
         plans,
-        policy.stopper(plans),
+        _stopper(policy, rows, plans),
         [row.sampler for row in rows],
         [row.limits.eos_token_ids for row in rows],
     )
@@ -120,6 +139,52 @@ def _draft(drafter: BatchDrafter | None, policy: BatchPolicy, rows: Sequence[Row
         if made is not None and made.stop_reason != StopReason.MAX:
             reasons[index] = made.stop_reason
     return _Drafts(plans, proposals, reasons)
+
+
+def _plan(
+    policy: BatchPolicy | None,
+    rows: Sequence[Row],
+    options: Sequence[DraftOptions | None],
+    rooms: Sequence[int],
+) -> list[DraftPlan]:
+    """The rows' plans: the batch rule's, or each row's own policy's (none for an ended row
+    or one without a policy)."""
+    if policy is not None:
+        return policy.plan(options, rooms)
+    return [
+        DraftPlan() if offer is None or row.policy is None else row.policy.plan(offer, room)
+        for row, offer, room in zip(rows, options, rooms, strict=True)
+    ]
+
+
+def _stopper(
+    policy: BatchPolicy | None, rows: Sequence[Row], plans: Sequence[DraftPlan]
+) -> BatchStopper:
+    """The round's stop rule: the batch rule's, or each drafting row's own stopper."""
+    if policy is not None:
+        return policy.stopper(plans)
+    return RowStoppers(
+        {
+            index: row.policy.stopper(plan)
+            for index, (row, plan) in enumerate(zip(rows, plans, strict=True))
+            if plan.model > 0 and row.policy is not None
+        }
+    )
+
+
+class RowStoppers:
+    """Each drafting row's own `Stopper` as the round's `BatchStopper`."""
+
+    def __init__(self, stoppers: dict[int, Stopper]) -> None:
+        self.stoppers = stoppers  # by row index
+
+    def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
+        stopped = {}
+        for row, step in steps.items():
+            stopper = self.stoppers[row]
+            if stopper.should_stop(step):
+                stopped[row] = stopper.reason
+        return stopped
 
 
 def first_token(target: BatchModelAdapter, rows: Sequence[Row], index: int) -> Round:

@@ -141,7 +141,8 @@ class LookaheadPolicy(Protocol):
 
 @runtime_checkable
 class BatchStopper(Protocol):
-    """When the draft model stops, for the rows of a batch within one round."""
+    """When the draft model stops, for the rows of a batch within one round: the rows' own
+    stoppers (core/batch_loop.py's `RowStoppers`), or a batch rule's joint one."""
 
     def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
         """After one batched draft forward: `steps` holds each drafting row's new token;
@@ -151,9 +152,10 @@ class BatchStopper(Protocol):
 
 @runtime_checkable
 class BatchPolicy(Protocol):
-    """Plans every row of a batch each round and learns from the rows' records."""
-
-    name: str
+    """A batch rule: the coordinator that plans the rows of a batch together where their
+    drafts share the batch's forwards and are priced together (the adaptive rule,
+    policies/batch_adaptive.py). It is not a second kind of policy: rows without one each
+    plan with their own `LookaheadPolicy` (`Row.policy`), as they would alone."""
 
     def plan(
         self, options: Sequence[DraftOptions | None], remaining: Sequence[int]
@@ -173,10 +175,6 @@ class BatchPolicy(Protocol):
     def join(self, prefill_tokens: int = 0, prefill_s: float = 0.0) -> None:
         """A row joins the batch (continuous batching); the target prefilled its prompt,
         `prefill_tokens` tokens, in `prefill_s` seconds (0: not timed)."""
-        ...
-
-    def leave(self, keep: Sequence[int]) -> None:
-        """Only the rows `keep` go on, in that order."""
         ...
 
 

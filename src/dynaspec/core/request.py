@@ -4,8 +4,8 @@ A `Request` is made by `dynaspec.request.make_request` for every entry point ali
 sequence alone (`generate`), each row of a batch (`batch.py`), each row that joins a running
 batch (`continuous.py`, and so the server), and each request a vLLM proposer drafts for. The
 loops read it and nothing else of the call: the single loop its prompt, limits, sampler,
-stopping, drafter and policy; the batch loop a `Row` made from it (`row`), the batch's
-forwards, drafter and policy being shared by its rows.
+stopping, drafter and policy; the batch loop a `Row` made from it (`row`, with its policy),
+the batch's forwards and drafter being shared by its rows.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Request:
     processor_names: tuple[str, ...]  # the processors' and criteria's short names, for stats
     drafter: Drafter | None = None  # its draft source alone (None: the target alone, or a
     #                                 batch row, whose batch drafts for all rows)
-    policy: LookaheadPolicy | None = None  # how far it drafts alone (None: a batch row,
-    #                                        whose batch's policy plans every row)
+    policy: LookaheadPolicy | None = None  # how far it drafts, alone or as a batch row
+    #                                        (None: a batch row its batch's rule plans)
     streamer: Any = None  # receives its tokens as they are committed (put / end)
 
     @property
@@ -58,4 +58,5 @@ class Request:
             limits=self.limits,
             stats=GenerationStats(prompt_tokens=width),
             streamer=self.streamer,
+            policy=self.policy,
         )

@@ -1,5 +1,5 @@
 """One sequence's committed tokens and what is its own (its sampler, limits, stop rules,
-stats, streamer), and the commit both loops share: the single loop (core/loop.py) keeps one
+stats, streamer, policy), and the commit both loops share: the single loop (core/loop.py) keeps one
 `Row`, the batch loop (core/batch_loop.py) one per row of the batch."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.emission import Emission
+from dynaspec.core.protocols import LookaheadPolicy
 from dynaspec.core.round import Round
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
@@ -33,6 +34,9 @@ class Row:
     # the prompt (without left padding), each round's new tokens, end() at the end
     streamer: Any = None
     eos: torch.Tensor | None = None  # (e,) its EOS ids on the tokens' device, from `begin`
+    # how far it drafts, planned as alone (a batch row's where no batch rule plans the rows
+    # together: core/batch_loop.py)
+    policy: LookaheadPolicy | None = None
 
     @property
     def committed(self) -> torch.Tensor:

@@ -228,7 +228,7 @@ class BatchDrafter:
         that row of the batch adapter (`RowView`): its guess and its checked copy as alone,
         and the row's own stopper where the policy is one per row."""
         assert self.model is not None and offer is not None
-        # a stopper made of one Stopper per row (policies/batch.py) hands the row its own
+        # a stopper made of one Stopper per row (core/batch_loop.py) hands the row its own
         own = getattr(stopper, "stoppers", {}).get(row) or RowStopper(stopper, row)
         return ModelDrafter(RowView(self.model, row)).draft(
             state.sequence,

@@ -209,9 +209,6 @@ class BatchAdaptivePolicy:
         for costs in self.costs.values():  # the shared estimates' among them
             costs.learn_prefill(prefill_tokens, prefill_s)
 
-    def leave(self, keep: Sequence[int]) -> None:
-        pass
-
     def stopper(self, plans: Sequence[DraftPlan]) -> JointStopper | PackedStopper:
         drafting = {row: plan for row, plan in enumerate(plans) if plan.model > 0}
         rate = weighted_rate(self.shared.rate, [plan.worth for plan in plans], self.paces)
