@@ -12,7 +12,7 @@ from dynaspec.errors import ConfigError
 from dynaspec.eval import coupling
 
 ARGS = [
-    "--pair", "tiny", "--dtype", "float32", "--task", "grounded", "--n", "1", "--seeds", "2",
+    "--pair", "tiny", "--dtype", "float32", "--task", "grounded", "--n", "2", "--seeds", "1",
     "--source", "model,lookup,hybrid", "--lookahead", "3", "--schedule", "constant,adaptive",
     "--max-new-tokens", "12",
 ]  # fmt: skip
@@ -20,16 +20,19 @@ ARGS = [
 
 def test_every_keyed_text_is_the_target_alones(tmp_path):
     out = tmp_path / "coupling.json"
-    assert coupling.main([*ARGS, "--out", str(out)]) == 0
+    assert coupling.main([*ARGS, "--batch", "1,2", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["bit_exact"] is True
-    assert record["keyed_runs"] == 1 * 2 * 3 * 2
+    assert record["keyed_runs"] == 2 * 1 * 6 * 2  # prompts x seeds x settings x batch sizes
     assert record["keyed_differing"] == 0 and record["differences"] == []
     assert set(record["settings"]) == {
-        f"{s}/{p}/3" for s in ("model", "lookup", "hybrid") for p in ("constant", "adaptive")
+        f"{s}/{p}/3{b}"
+        for s in ("model", "lookup", "hybrid")
+        for p in ("constant", "adaptive")
+        for b in ("", "/b2")
     }
     total = record["total"]
-    assert total["keyed"]["runs"] == total["stream"]["runs"] == 12
+    assert total["keyed"]["runs"] == total["stream"]["runs"] == 24
     assert total["keyed"]["drafted"] > 0 and total["stream"]["drafted"] > 0
     assert total["keyed_over_stream"]["tokens_per_s"] > 0
     assert record["alone"]["runs"] == 2
@@ -38,31 +41,38 @@ def test_every_keyed_text_is_the_target_alones(tmp_path):
 def test_a_keyed_text_unlike_the_target_alones_is_counted_and_fails(monkeypatch, tmp_path):
     real = coupling.generate
 
-    def broken(target, draft, ids, **options):  # a drafted keyed run that ends otherwise
-        out = real(target, draft, ids, **options)
+    def broken(target, draft, *ids, **options):  # a drafted keyed run that ends otherwise
+        out = real(target, draft, *ids, **options)
         if options.get("seed_mode") == "keyed":
-            out.sequences[0, -1] = (out.sequences[0, -1] + 1) % 257
+            out.sequences[:, -1] = (out.sequences[:, -1] + 1) % 257
         return out
 
     monkeypatch.setattr(coupling, "generate", broken)
     out = tmp_path / "coupling.json"
     args = [*ARGS[: ARGS.index("--source")], "--max-new-tokens", "6", "--modes", "keyed"]
-    assert coupling.main([*args, "--out", str(out)]) == 1
+    assert coupling.main([*args, "--batch", "1,2", "--out", str(out)]) == 1
     record = json.loads(out.read_text())
-    assert record["keyed_differing"] == record["keyed_runs"] == 2
+    assert record["keyed_differing"] == record["keyed_runs"] == 4  # 2 alone, 2 in a batch
     assert {d["new_token"] for d in record["differences"]} == {5}
     assert "stream" not in record["total"]
 
 
 @pytest.mark.parametrize(
     "flag, value",
-    [("--source", "model,beam"), ("--schedule", "fast"), ("--lookahead", "0"), ("--modes", "x")],
+    [
+        ("--source", "model,beam"),
+        ("--schedule", "fast"),
+        ("--lookahead", "0"),
+        ("--modes", "x"),
+        ("--batch", "0"),
+    ],
 )
 def test_bad_lists_are_refused_by_name(flag, value):
     with pytest.raises(ConfigError, match=flag):
         args = coupling._arguments([flag, value])
         coupling.settings_from(args)
         coupling.modes_from(args.modes)
+        coupling.batch_sizes_from(args.batch)
 
 
 def test_fast_is_generates_bit_exact_path():

@@ -17,13 +17,14 @@ forward is bit-exact (float32, or the static bf16 path: `--fast`); exit status 1
         --n 2 --seeds 2 --temperature 0.7 --top-p 0.9 --max-new-tokens 128 --out t07.json
     python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --modes keyed --seeds 3 \\
         --source model,lookup,hybrid --lookahead 4,8 --schedule constant,adaptive \\
-        --max-new-tokens 32 --out seeded-runs.json     # 6 x 3 x 12 = 216 keyed runs
+        --batch 1,4 --max-new-tokens 32 --out seeded-runs.json   # 6 x 3 x 12 x 2 = 432 keyed
 
 `--fast` is `dynaspec generate --static --draft-quantize w4a8` (the bf16 target on the
 bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the other
 fast-path flags may be given one by one instead. A fixed schedule (default `constant`)
 keeps the drafted tokens per round the same in both modes, so the acceptance is compared like
-for like; `adaptive` reports what the adaptive rule makes of each.
+for like; `adaptive` reports what the adaptive rule makes of each. `--batch 1,4` also decodes
+the prompts 4 at a time (every row with the seed: each row's text must be its prompt alone's).
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ class Tally:
         self.drafted += sum(r.num_drafted for r in drafting)
         self.accepted += sum(r.num_accepted for r in drafting)
         self.new_tokens += out.sequences.shape[1] - prompt_length
+        self.seconds += seconds
+
+    def add_rows(self, rows: list[list[int]], out: Any, seconds: float) -> None:
+        """One call's rows (their new tokens), its output's rounds and its time."""
+        drafting = [r for r in out.stats.rounds if r.num_drafted]
+        self.runs += len(rows)
+        self.rounds += len(drafting)
+        self.drafted += sum(r.num_drafted for r in drafting)
+        self.accepted += sum(r.num_accepted for r in drafting)
+        self.new_tokens += sum(len(row) for row in rows)
         self.seconds += seconds
 
     def merge(self, other: Tally) -> None:
@@ -134,35 +145,80 @@ def measure(
     settings: list[Setting],
     modes: tuple[str, ...] = SEED_MODES,
     prompt_lookup: int = 32,
+    batch_sizes: tuple[int, ...] = (1,),
 ) -> Measured:
     """Each setting in each mode over every prompt and seed (the order of the modes turns),
-    each keyed text compared with the target alone's with that seed (decoded once)."""
-    measured = Measured({s.label: {mode: Tally() for mode in modes} for s in settings})
+    alone and in batches of each size (consecutive prompts, every row with the same seed);
+    each keyed row's text compared with its prompt's target alone's with that seed (decoded
+    once, first)."""
+    expected: dict[tuple[int, int], list[int]] = {}
+    measured = Measured()
     for index, ids in enumerate(prompts):
         for seed in range(seeds):
             start = time.perf_counter()
             alone = generate(pair.target, None, ids, seed=seed, **sampling)
             measured.alone.add(alone, time.perf_counter() - start, ids.shape[1])
-            expected = alone.sequences[0].tolist()
-            for setting in settings:
-                draft, drafting = setting.options(pair.draft, prompt_lookup)
-                turn = modes if (index + seed) % 2 == 0 else modes[::-1]
-                for mode in turn:
-                    start = time.perf_counter()
-                    out = generate(
-                        pair.target, draft, ids, seed=seed, seed_mode=mode, **sampling, **drafting
-                    )
-                    tally = measured.settings[setting.label][mode]
-                    tally.add(out, time.perf_counter() - start, ids.shape[1])
-                    got = out.sequences[0].tolist()
-                    if mode == "keyed" and got != expected:
-                        tally.differs_from_alone += 1
-                        at = first_difference(got, expected) - ids.shape[1]
-                        where = {"prompt": index, "seed": seed, "setting": setting.label}
-                        measured.differences.append({**where, "new_token": at})
-            done = index * seeds + seed + 1
-            print(f"coupling: {done}/{len(prompts) * seeds} prompt-seeds", file=sys.stderr)
+            expected[index, seed] = alone.sequences[0, ids.shape[1] :].tolist()
+    for size in batch_sizes:
+        labels = {s: s.label + (f"/b{size}" if size > 1 else "") for s in settings}
+        measured.settings.update({labels[s]: {m: Tally() for m in modes} for s in settings})
+        groups = [list(range(i, min(i + size, len(prompts)))) for i in range(0, len(prompts), size)]
+        for number, group in enumerate(groups):
+            batch = _batch(pair, [prompts[i] for i in group])
+            for seed in range(seeds):
+                for setting in settings:
+                    turn = modes if (number + seed) % 2 == 0 else modes[::-1]
+                    for mode in turn:
+                        texts = _decode(pair, batch, seed, mode, sampling, setting, prompt_lookup)
+                        tally = measured.settings[labels[setting]][mode]
+                        tally.add_rows(*texts)
+                        if mode != "keyed":
+                            continue
+                        for index, got in zip(group, texts[0], strict=True):
+                            if got != expected[index, seed]:
+                                tally.differs_from_alone += 1
+                                at = first_difference(got, expected[index, seed])
+                                where = {"prompt": index, "seed": seed, "setting": labels[setting]}
+                                measured.differences.append({**where, "new_token": at})
+            done = f"{number + 1}/{len(groups)} groups of {size}"
+            print(f"coupling: {done} ({len(settings)} settings x {seeds} seeds)", file=sys.stderr)
     return measured
+
+
+def _batch(pair: Any, rows: list[torch.Tensor]) -> dict[str, Any]:
+    """generate()'s input for `rows`: one prompt as it is, several left-padded."""
+    if len(rows) == 1:
+        return {"input_ids": rows[0]}
+    from dynaspec.prompts import left_padded
+
+    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else 0
+    ids, mask = left_padded(rows, pad)
+    return {"input_ids": ids, "attention_mask": mask, "pad_token_id": pad}
+
+
+def _decode(
+    pair: Any,
+    batch: dict[str, Any],
+    seed: int,
+    mode: str,
+    sampling: dict[str, Any],
+    setting: Setting,
+    prompt_lookup: int,
+) -> tuple[list[list[int]], Any, float]:
+    """(each row's new tokens, the output, seconds) of one seeded call: every row `seed`."""
+    draft, drafting = setting.options(pair.draft, prompt_lookup)
+    ids = batch["input_ids"]
+    rows = ids.shape[0]
+    seeds = seed if rows == 1 else [seed] * rows
+    start = time.perf_counter()
+    out = generate(pair.target, draft, **batch, seed=seeds, seed_mode=mode, **sampling, **drafting)
+    seconds = time.perf_counter() - start
+    stats = out.row_stats or (out.stats,)
+    new = [
+        out.sequences[r, ids.shape[1] :].tolist()[: stats[r].summary().new_tokens]
+        for r in range(rows)
+    ]
+    return new, out, seconds
 
 
 def _listed(text: str, flag: str, cast: Any = str) -> list[Any]:
@@ -198,6 +254,13 @@ def modes_from(text: str) -> tuple[str, ...]:
     if not modes or any(mode not in SEED_MODES for mode in modes):
         raise ConfigError(f"--modes {text!r}: choose among {', '.join(SEED_MODES)}")
     return modes
+
+
+def batch_sizes_from(text: str) -> tuple[int, ...]:
+    sizes = tuple(_listed(text, "--batch", int))
+    if min(sizes) < 1:
+        raise ConfigError(f"--batch {text!r}: give batch sizes >= 1")
+    return sizes
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -237,6 +300,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--modes", default=",".join(SEED_MODES), help="seed modes: keyed,stream or keyed alone"
+    )
+    parser.add_argument(
+        "--batch",
+        default="1",
+        help="batch sizes, comma-separated (e.g. 1,4): consecutive prompts decoded together, "
+        "each row with the seed; each row's keyed text checked against its prompt alone's",
     )
     parser.add_argument("--out", default=None, help="a JSON file for the record")
     args = parser.parse_args(argv)
@@ -322,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     prompts = _prompts(pair, args.task, args.n)
     _warm_up(pair, prompts[0], settings, args.prompt_lookup)
-    measured = measure(pair, prompts, args.seeds, sampling, settings, modes, args.prompt_lookup)
+    sizes = batch_sizes_from(args.batch)
+    measured = measure(
+        pair, prompts, args.seeds, sampling, settings, modes, args.prompt_lookup, sizes
+    )
     exact = bit_exact(pair.target)
     record = {
         "pair": args.pair,
@@ -335,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         "task": args.task,
         "prompts": len(prompts),
         "seeds": args.seeds,
+        "batch_sizes": sizes,
         **record_of(measured, modes),
     }
     print(json.dumps({k: v for k, v in record.items() if k != "differences"}, indent=1))
