@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.batch_graphs import batch_graphs
 from dynaspec.backends.decoder import PREFILL_BLOCK, Packing, Prefill
 from dynaspec.backends.hf import HFAdapter
 from dynaspec.backends.hf_batch import HFBatchAdapter, cache_bytes_per_token
@@ -81,6 +82,7 @@ class StaticBatchAdapter:
         self.num_pads: list[int] = []  # per row: left padding at the start of its sequence
         self.prompt_ends: list[int] = []  # per row: slots of its prompt but the last token
         self._cos = self._sin = torch.empty(0)
+        self._graphs = batch_graphs(fast)  # CUDA graphs per bucket of rows (batch_graphs.py)
 
     def __repr__(self) -> str:
         return f"StaticBatchAdapter({self.fast!r})"
@@ -110,6 +112,8 @@ class StaticBatchAdapter:
         """Make the cache hold `rows` rows of at least `slots` slots, keeping what it holds."""
         old = self.cache
         kept = old[0].shape[0] if old else 0
+        if self._graphs is not None:  # rows in buckets, at fixed addresses (batch_graphs.py)
+            rows = self._graphs.rows_to_hold(rows, kept)
         if old and rows == kept and slots <= self.capacity:
             return
         capacity = max(self.capacity, round_up(max(slots, 1), CAPACITY_STEP))
@@ -143,6 +147,8 @@ class StaticBatchAdapter:
         width = max(tokens.numel() for tokens in real)
         if width == 0:
             return [torch.empty(0, self.vocab_size, device=self.device) for _ in new_tokens]
+        if self._graphs is not None:  # the block padded to buckets, replayed as a graph
+            return self._graphs.forward(self, real, starts, num_logits)
         rows = len(real)
         self._reserve(rows, max(starts) + width)
         fed = [row for row, tokens in enumerate(real) if tokens.numel()]
@@ -287,6 +293,9 @@ class StaticBatchAdapter:
         self.lengths = [self.lengths[row] for row in keep]
         self.num_pads = [self.num_pads[row] for row in keep]
         self.prompt_ends = [self.prompt_ends[row] for row in keep]
+        if self._graphs is not None and self.cache:  # in place: the graphs read these tensors
+            self._graphs.keep_rows(self.cache, keep)
+            return
         if not keep:
             self.cache, self.capacity = [], 0
             return
