@@ -78,3 +78,34 @@ def test_bad_lists_are_refused_by_name(flag, value):
 def test_fast_is_generates_bit_exact_path():
     args = coupling._arguments(["--fast"])
     assert args.static is True and args.draft_quantize == "w4a8"
+
+
+def test_seeded_requests_through_the_server_are_the_target_alones():
+    """Concurrent keyed requests to `dynaspec serve` (adaptive, prompt lookup, the suffix
+    cache, a batch of 2): each text is the target alone's with its seed; a text unlike the
+    one expected is counted."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from types import SimpleNamespace
+
+    from dynaspec.eval.coupling_serve import serve_check
+    from dynaspec.generation import generate
+    from dynaspec.models.tiny import tiny_pair
+
+    target, draft, tokenizer = tiny_pair()
+    pair = SimpleNamespace(target=target, draft=draft, tokenizer=tokenizer)
+    prompts = [tokenizer(text, return_tensors="pt").input_ids for text in ("def f(x):", "ab")]
+    sampling = {"do_sample": True, "temperature": 0.8, "top_p": 0.9, "max_new_tokens": 12}
+    expected = {
+        (index, seed): generate(target, None, ids, seed=seed, **sampling)
+        .sequences[0, ids.shape[1] :]
+        .tolist()
+        for index, ids in enumerate(prompts)
+        for seed in range(2)
+    }
+    check = serve_check(pair, prompts, 2, sampling, expected, clients=2, prompt_lookup=8)
+    assert (check.requests, check.failed, check.differences) == (4, 0, [])
+    assert check.new_tokens == sum(map(len, expected.values()))
+    expected[1, 1] = [token + 1 for token in expected[1, 1]]
+    check = serve_check(pair, prompts, 2, sampling, expected, clients=2, prompt_lookup=8)
+    assert [(d["prompt"], d["seed"]) for d in check.differences] == [(1, 1)]

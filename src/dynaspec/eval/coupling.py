@@ -24,7 +24,9 @@ bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the 
 fast-path flags may be given one by one instead. A fixed schedule (default `constant`)
 keeps the drafted tokens per round the same in both modes, so the acceptance is compared like
 for like; `adaptive` reports what the adaptive rule makes of each. `--batch 1,4` also decodes
-the prompts 4 at a time (every row with the seed: each row's text must be its prompt alone's).
+the prompts 4 at a time (every row with the seed: each row's text must be its prompt alone's),
+and `--server-clients 4` sends every prompt and seed through `dynaspec serve` from 4
+concurrent clients (eval/coupling_serve.py).
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ class Measured:
     settings: dict[str, dict[str, Tally]] = field(default_factory=dict)
     alone: Tally = field(default_factory=Tally)
     differences: list[dict[str, Any]] = field(default_factory=list)
+    # the target alone's new tokens per (prompt, seed)
+    expected: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def totals(self) -> dict[str, Tally]:
         total = {mode: Tally() for mode in SEED_MODES}
@@ -151,8 +155,8 @@ def measure(
     alone and in batches of each size (consecutive prompts, every row with the same seed);
     each keyed row's text compared with its prompt's target alone's with that seed (decoded
     once, first)."""
-    expected: dict[tuple[int, int], list[int]] = {}
     measured = Measured()
+    expected = measured.expected
     for index, ids in enumerate(prompts):
         for seed in range(seeds):
             start = time.perf_counter()
@@ -307,6 +311,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="batch sizes, comma-separated (e.g. 1,4): consecutive prompts decoded together, "
         "each row with the seed; each row's keyed text checked against its prompt alone's",
     )
+    parser.add_argument(
+        "--server-clients",
+        type=int,
+        default=0,
+        help="also send every prompt and seed through `dynaspec serve` (in this process) from "
+        "this many concurrent clients, keyed: each text must be the target alone's (0: not)",
+    )
     parser.add_argument("--out", default=None, help="a JSON file for the record")
     args = parser.parse_args(argv)
     if args.fast:
@@ -396,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
         pair, prompts, args.seeds, sampling, settings, modes, args.prompt_lookup, sizes
     )
     exact = bit_exact(pair.target)
+    server = None
+    if args.server_clients > 0:
+        from dynaspec.eval.coupling_serve import serve_check
+
+        expected = measured.expected
+        server = serve_check(
+            pair, prompts, args.seeds, sampling, expected, args.server_clients, args.prompt_lookup
+        ).record()
     record = {
         "pair": args.pair,
         "draft_noise": args.draft_noise,
@@ -409,11 +428,17 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "batch_sizes": sizes,
         **record_of(measured, modes),
+        "server": server,
     }
     print(json.dumps({k: v for k, v in record.items() if k != "differences"}, indent=1))
     runs, differing = record["keyed_runs"], record["keyed_differing"]
+    failed = ""
+    if server is not None:  # a request the server failed proves nothing: it counts as one
+        runs, differing = runs + server["requests"], differing + server["differing"]
+        differing += server["failed"]
+        failed = f", {server['failed']} failed in the server" if server["failed"] else ""
     print(
-        f"coupling: {differing} of {runs} keyed texts differ from the target alone's "
+        f"coupling: {differing} of {runs} keyed texts differ from the target alone's{failed} "
         f"({'bit-exact target: must be 0' if exact else 'not bit-exact: near-ties may flip'})",
         file=sys.stderr,
     )
