@@ -20,6 +20,8 @@ CUDA_TEST_FILES = (
     "test_devices.py",
     "test_processors.py",
     "test_graphs.py",
+    "test_graphs_batch.py",
+    "test_graphs_options.py",
 )
 _SUMMARY = re.compile(r"\d+ (passed|failed|skipped|error|errors|deselected)\b")
 

@@ -14,12 +14,14 @@ Per pair, with random weights of the real shapes:
   as the slope of wall time over a short and a long call, minus the rounds' forwards as
   measured above;
 - batches (`batch_costs`): a forward of B rows x n tokens for B = 1..32 and n = 1, 2, 4, 8,
-  the target's and the draft's one-token forward, through the static batch adapter (batches
-  run without graphs: the measurement says what a graphed batch path would have to beat);
-  and (`batch_runs`) whole batched decodes at B = 1, 4, 16, 32, the target alone against
-  `adaptive` with the pair's draft: with random weights the draft never agrees with the
-  target, so this measures what the rule costs where drafting cannot pay (the issue's goal:
-  never below 0.97x of the target alone).
+  the target's and the draft's one-token forward, through the static batch adapter with its
+  graphs (backends/batch_graphs.py: one per bucket of rows and of tokens, each captured at
+  its first forward, which is not timed); and (`batch_runs`) whole batched decodes at
+  B = 1, 4, 16, 32, the target alone against `adaptive` with the pair's draft, through the
+  same graphs (each decode captures its own, in the short and the long call alike, so the
+  slope leaves them out): with random weights the draft never agrees with the target, so
+  this measures what the rule costs where drafting cannot pay (the issue's goal: never
+  below 0.97x of the target alone).
 
 On the CPU (`--dry-run`) the same code runs with the graphs' seam as an identity.
 """
@@ -191,8 +193,11 @@ def batch_costs(target: Any, draft: Any, prompt: torch.Tensor, reps: int) -> dic
             draft_step[str(rows)] = _batch_forward_s(draft_batched, rows, 1, prompt, reps)
             batched.begin(prompt[:, :1], torch.ones_like(prompt[:, :1]))  # frees the rows
             draft_batched.begin(prompt[:, :1], torch.ones_like(prompt[:, :1]))
+    graphs = batched._graphs  # None: the batch adapter runs without (not a graphs model)
     return {"sizes": list(BATCH_SIZES), "widths": list(BATCH_WIDTHS), "verify_s": verify,
-            "draft_step_s": draft_step, "graphs": False}  # fmt: skip
+            "draft_step_s": draft_step, "graphs": graphs is not None and graphs.enabled,
+            "bucketed": graphs is not None,
+            "captured_graphs": 0 if graphs is None else graphs.graphs.capture_count}  # fmt: skip
 
 
 RUN_SIZES = (1, 4, 16, 32)  # batch sizes of the whole decodes

@@ -168,7 +168,8 @@ def _graph_lines(record: dict[str, Any]) -> list[str]:
     for name, batch in batches:
         widths = batch["widths"]
         lines += [
-            f"Batches, {name} (no graphs): T_B(n) ms, rows x n tokens; D_B: the draft's step",
+            f"Batches, {name} ({_batch_mode(batch)}): T_B(n) ms, rows x n tokens; D_B: the "
+            "draft's step",
             "",
             "| B | " + " | ".join(f"T_B({n})" for n in widths) + " | D_B |",
             "|---|" + "---|" * (len(widths) + 1),
@@ -180,6 +181,13 @@ def _graph_lines(record: dict[str, Any]) -> list[str]:
         lines.append("")
         lines += _run_lines(name, batch.get("runs"))
     return lines
+
+
+def _batch_mode(batch: dict[str, Any]) -> str:
+    """How the batch forwards ran: captured, bucketed on the CPU, or neither."""
+    if batch.get("graphs"):
+        return f"CUDA graphs per bucket of rows and tokens, {batch['captured_graphs']} captured"
+    return "bucketed, not captured (CPU)" if batch.get("bucketed") else "no graphs"
 
 
 def _run_lines(name: str, runs: dict[str, Any] | None) -> list[str]:
