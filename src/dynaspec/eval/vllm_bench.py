@@ -23,9 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-METHODS = ("alone", "ngram", "lookup", "draft")
+METHODS = ("alone", "ngram", "lookup", "suffix", "draft")
 PLUGIN = "dynaspec.integrations.vllm."
-PROPOSERS = {"lookup": PLUGIN + "LookupProposer", "draft": PLUGIN + "DraftModelProposer"}
+PROPOSERS = {
+    "lookup": PLUGIN + "LookupProposer",
+    "suffix": PLUGIN + "LookupProposer",  # with DYNASPEC_VLLM_SUFFIX_CACHE (SUFFIX_CACHE_MB)
+    "draft": PLUGIN + "DraftModelProposer",
+}
+SUFFIX_CACHE_MB = 64  # the "suffix" method's cache, over the requests of its vLLM process
 
 
 def speculative_config(method: str, k: int, ngram: int) -> dict[str, Any] | None:
@@ -131,6 +136,8 @@ def _child_env(args: argparse.Namespace, method: str) -> dict[str, str]:
         env["DYNASPEC_VLLM_DRAFT"] = args.draft
         if args.draft_dtype:
             env["DYNASPEC_VLLM_DRAFT_DTYPE"] = args.draft_dtype
+    if method == "suffix":
+        env["DYNASPEC_VLLM_SUFFIX_CACHE"] = str(SUFFIX_CACHE_MB)
     env["DYNASPEC_VLLM_NGRAM"] = str(args.ngram)
     return env
 
