@@ -65,6 +65,9 @@ def test_a_keyed_text_unlike_the_target_alones_is_counted_and_fails(monkeypatch,
         ("--lookahead", "0"),
         ("--modes", "x"),
         ("--batch", "0"),
+        ("--settings", "hybrid/adaptive"),
+        ("--settings", "hybrid/adaptive/0"),
+        ("--settings", "beam/constant/5"),
     ],
 )
 def test_bad_lists_are_refused_by_name(flag, value):
@@ -73,6 +76,14 @@ def test_bad_lists_are_refused_by_name(flag, value):
         coupling.settings_from(args)
         coupling.modes_from(args.modes)
         coupling.batch_sizes_from(args.batch)
+
+
+def test_settings_name_each_setting():
+    args = coupling._arguments(["--settings", "model/constant/5,hybrid/adaptive/20"])
+    assert [s.label for s in coupling.settings_from(args)] == [
+        "model/constant/5",
+        "hybrid/adaptive/20",
+    ]
 
 
 def test_fast_is_generates_bit_exact_path():

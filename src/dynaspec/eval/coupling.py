@@ -13,11 +13,13 @@ keyed / stream. It checks that every keyed text equals the target alone's with i
 forward is bit-exact (float32, or the static bf16 path: `--fast`); exit status 1 otherwise.
 
     python -m dynaspec.eval.coupling --pair tiny --n 4 --seeds 3 --max-new-tokens 64
-    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --task grounded,open-ended,code \\
-        --n 2 --seeds 2 --temperature 0.7 --top-p 0.9 --max-new-tokens 128 --out t07.json
-    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --modes keyed --seeds 3 \\
+    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --n 2 --seeds 2 \\
+        --temperature 0.7 --top-p 0.9 --max-new-tokens 128 \\
+        --settings model/constant/5,hybrid/constant/5,hybrid/adaptive/20 --out t07.json
+    python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --modes keyed --seeds 2 \\
         --source model,lookup,hybrid --lookahead 4,8 --schedule constant,adaptive \\
-        --batch 1,4 --max-new-tokens 32 --out seeded-runs.json   # 6 x 3 x 12 x 2 = 432 keyed
+        --batch 1,4 --server-clients 4 --max-new-tokens 32 --out seeded-runs.json
+        # 6 prompts x 2 seeds x 12 settings x 2 batch sizes = 288 keyed, + 12 through serve
 
 `--fast` is `dynaspec generate --static --draft-quantize w4a8` (the bf16 target on the
 bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the other
@@ -236,21 +238,42 @@ def _listed(text: str, flag: str, cast: Any = str) -> list[Any]:
 
 
 def settings_from(args: argparse.Namespace) -> list[Setting]:
-    """Every (source, lookahead, schedule) the flags ask for, checked."""
-    from dynaspec.policies import SCHEDULES
-
+    """The settings of --settings (SOURCE/SCHEDULE/LOOKAHEAD, comma-separated), else every
+    (source, lookahead, schedule) of --source, --lookahead and --schedule; checked."""
+    if args.settings:
+        return [_setting(text) for text in _listed(args.settings, "--settings")]
     sources = _listed(args.source, "--source")
     lookaheads = _listed(args.lookahead, "--lookahead", int)
     schedules = _listed(args.schedule, "--schedule")
+    _check_names(sources, schedules)
+    if min(lookaheads) < 1:
+        raise ConfigError(f"--lookahead {args.lookahead!r}: give counts >= 1")
+    return [Setting(s, k, p) for s in sources for k in lookaheads for p in schedules]
+
+
+def _setting(text: str) -> Setting:
+    """One --settings entry, SOURCE/SCHEDULE/LOOKAHEAD (e.g. hybrid/adaptive/20)."""
+    parts = text.split("/")
+    if len(parts) != 3 or not parts[2].isdigit() or int(parts[2]) < 1:
+        raise ConfigError(
+            f"--settings {text!r}: write SOURCE/SCHEDULE/LOOKAHEAD, e.g. hybrid/adaptive/20"
+        )
+    try:
+        _check_names([parts[0]], [parts[1]])
+    except ConfigError as error:
+        raise ConfigError(f"--settings {text!r}: {error}") from None
+    return Setting(parts[0], int(parts[2]), parts[1])
+
+
+def _check_names(sources: list[str], schedules: list[str]) -> None:
+    from dynaspec.policies import SCHEDULES
+
     for source in sources:
         if source not in SOURCES:
             raise ConfigError(f"--source {source!r}: choose among {', '.join(SOURCES)}")
     for schedule in schedules:
         if schedule not in SCHEDULES:
             raise ConfigError(f"--schedule {schedule!r}: choose among {', '.join(SCHEDULES)}")
-    if min(lookaheads) < 1:
-        raise ConfigError(f"--lookahead {args.lookahead!r}: give counts >= 1")
-    return [Setting(s, k, p) for s in sources for k in lookaheads for p in schedules]
 
 
 def modes_from(text: str) -> tuple[str, ...]:
@@ -298,6 +321,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--schedule", default="constant", help="schedules, comma-separated")
     parser.add_argument(
         "--lookahead", default="5", help="num_assistant_tokens values, comma-separated"
+    )
+    parser.add_argument(
+        "--settings",
+        default=None,
+        help="instead of the three lists above: SOURCE/SCHEDULE/LOOKAHEAD entries, "
+        "comma-separated (e.g. model/constant/5,hybrid/adaptive/20)",
     )
     parser.add_argument(
         "--prompt-lookup", type=int, default=32, help="lookup/hybrid: prompt_lookup_num_tokens"
@@ -391,8 +420,12 @@ def record_of(measured: Measured, modes: tuple[str, ...]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    settings = settings_from(args)
-    modes = modes_from(args.modes)
+    try:
+        settings, modes = settings_from(args), modes_from(args.modes)
+        sizes = batch_sizes_from(args.batch)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     pair = _pair(args)
     sampling = {
         "do_sample": True,
@@ -402,7 +435,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     prompts = _prompts(pair, args.task, args.n)
     _warm_up(pair, prompts[0], settings, args.prompt_lookup)
-    sizes = batch_sizes_from(args.batch)
     measured = measure(
         pair, prompts, args.seeds, sampling, settings, modes, args.prompt_lookup, sizes
     )
