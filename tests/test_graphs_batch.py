@@ -17,6 +17,10 @@ import dynaspec
 from dynaspec.backends.batch_graphs import BatchGraphs
 from dynaspec.backends.static import FastConfig, StaticAdapter, make_fast
 from dynaspec.backends.static_batch import StaticBatchAdapter
+from dynaspec.batch import batch_policy
+from dynaspec.continuous import ContinuousBatch
+from dynaspec.core.config import SpecConfig
+from dynaspec.policies.batch_adaptive import BatchAdaptivePolicy
 
 VOCAB = 64
 
@@ -58,6 +62,21 @@ def test_only_graphs_made_with_graphs_bucket_their_batches() -> None:
     target = model()
     assert StaticBatchAdapter(make_fast(target, static=True))._graphs is None
     assert StaticBatchAdapter(make_fast(target, graphs=True))._graphs is not None
+
+
+def test_the_batch_rule_prices_bucketed_blocks() -> None:
+    """With graphs a batch forward costs its block of buckets (the widest row's tokens,
+    padded), not its rows' tokens: the rule is told so, as the single rule is."""
+    target = model()
+    for graphs, packed, buckets in ((True, False, (1, 2, 4, 8, 16, 32)), (False, True, ())):
+        fast = make_fast(target, static=True, graphs=graphs)
+        batch = ContinuousBatch(
+            fast, make_fast(noisy_copy(target, scale=0.05), static=True, graphs=graphs)
+        )
+        assert batch.target.packs_rows is packed and batch.target.verify_buckets == buckets
+        assert isinstance(batch.policy, BatchAdaptivePolicy)
+        assert batch.policy.packed is packed and batch.policy.shared.costs.buckets == buckets
+        assert batch_policy(SpecConfig(), 3, buckets=buckets).shared.costs.buckets == buckets
 
 
 def _feed(adapters: tuple[StaticBatchAdapter, ...], tokens: list[torch.Tensor], logits: list[int]):

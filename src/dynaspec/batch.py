@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 import dynaspec.drafters as drafters
+from dynaspec.backends.graphs import verify_buckets
 from dynaspec.backends.hf import as_adapter
 from dynaspec.backends.row_adapters import RowAdapters, own_adapter
 from dynaspec.backends.static import StaticAdapter
@@ -101,7 +102,10 @@ def generate_batch(
         cost = draft_cost_ratio(target, draft)
         shared = shares_forwards(target_batch, drafter)
         packed = target_batch.packs_rows
-        policy = batch_policy(options.spec, len(rows), cost, packed, fixed=True, shared=shared)
+        buckets = verify_buckets(target_batch)
+        policy = batch_policy(
+            options.spec, len(rows), cost, packed, fixed=True, shared=shared, buckets=buckets
+        )
         given = [make_policy(options.spec, cost) for _ in rows] if policy is None else None
     if isinstance(given, list):  # each row plans with its own policy
         for row, own in zip(rows, given, strict=True):
@@ -124,13 +128,15 @@ def batch_policy(
     packed: bool = False,
     fixed: bool = False,
     shared: bool = True,
+    buckets: tuple[int, ...] = (),
 ) -> BatchPolicy | None:
     """adaptive: the batch rule that prices the rows' drafts on their shared forwards; None
     for the fixed schedules, and every schedule where the rows do not share their forwards
     (`shared` False: a draft with another tokenizer, a sliding-window target): each row then
     plans with a policy of its own (`make_policy`), as it would alone. `draft_cost`:
     make_policy's; `packed`: the target adapter's `packs_rows`; `fixed`: no row joins (the
-    call ends with its longest row)."""
+    call ends with its longest row); `buckets`: the widths the target adapter pads its
+    forwards to (`verify_buckets`: each bucket costs its own)."""
     if spec.num_assistant_tokens_schedule != "adaptive" or not shared:
         return None
     policy = BatchAdaptivePolicy(
@@ -138,6 +144,8 @@ def batch_policy(
     )
     if draft_cost is not None:
         policy.shared.expect_draft_cost(draft_cost)
+    if buckets:
+        policy.shared.expect_buckets(buckets)
     return policy
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from dynaspec.backends.graphs import verify_buckets
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.batch import (
@@ -122,7 +123,8 @@ class ContinuousBatch:
         self.policy: BatchPolicy | None = None
         self.new_policy: Callable[[], LookaheadPolicy] = lambda: make_policy(spec, cost)
         if policy is None:
-            self.policy = batch_policy(spec, 0, cost, self.target.packs_rows, shared=shared)
+            packed, buckets = self.target.packs_rows, verify_buckets(self.target)
+            self.policy = batch_policy(spec, 0, cost, packed, shared=shared, buckets=buckets)
         elif isinstance(policy, BatchPolicy):
             self.policy = policy
         elif callable(policy):

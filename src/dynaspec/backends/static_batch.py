@@ -72,6 +72,7 @@ class StaticBatchAdapter:
         self.max_length = fast.max_length
         self.device = fast.device
         self.packs_rows = True  # a forward costs what its tokens cost, not B x the widest
+        self.verify_buckets: tuple[int, ...] = ()  # widths forwards are padded to (graphs)
         # bf16 on the row-invariant kernels: each row attends as it would alone (Prefill)
         self.bit_exact = fast.bit_exact
         # a chunked prefill's chunks (but the last) are whole blocks of this (ContinuousBatch)
@@ -83,6 +84,8 @@ class StaticBatchAdapter:
         self.prompt_ends: list[int] = []  # per row: slots of its prompt but the last token
         self._cos = self._sin = torch.empty(0)
         self._graphs = batch_graphs(fast)  # CUDA graphs per bucket of rows (batch_graphs.py)
+        if self._graphs is not None:  # a block of buckets costs the widest row's, padded
+            self.packs_rows, self.verify_buckets = False, self._graphs.buckets
 
     def __repr__(self) -> str:
         return f"StaticBatchAdapter({self.fast!r})"
