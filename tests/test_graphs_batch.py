@@ -64,6 +64,26 @@ def test_only_graphs_made_with_graphs_bucket_their_batches() -> None:
     assert StaticBatchAdapter(make_fast(target, graphs=True))._graphs is not None
 
 
+def test_the_next_batch_takes_the_graphs_and_cache_of_the_last() -> None:
+    """The graphs (and the cache they read) are the static adapter's, lent to one batch
+    adapter at a time: the next batch starts on them; one made beside a live one gets its
+    own."""
+    fast = make_fast(model(), graphs=True)
+    ids, mask = padded(PROMPTS[:3])
+    first = StaticBatchAdapter(fast)
+    first.begin(ids, mask)
+    graphs, address = first._graphs, first.cache[0].data_ptr()
+    beside = StaticBatchAdapter(fast)
+    assert beside._graphs is not graphs and beside.cache == []
+    del first, beside
+    second = StaticBatchAdapter(fast)
+    assert second._graphs is graphs and second.cache[0].data_ptr() == address
+    second.begin(ids[:2], mask[:2])  # fewer rows and slots: the same cache
+    assert second.cache[0].data_ptr() == address and second.num_cached == [0, 0]
+    out = dynaspec.generate(fast, None, ids, attention_mask=mask, max_new_tokens=4)
+    assert out.sequences.shape == (3, ids.shape[1] + 4)  # `second` still holds the graphs
+
+
 def test_the_batch_rule_prices_bucketed_blocks() -> None:
     """With graphs a batch forward costs its block of buckets (the widest row's tokens,
     padded), not its rows' tokens: the rule is told so, as the single rule is."""

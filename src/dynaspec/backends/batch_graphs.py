@@ -17,7 +17,13 @@ A graph replays fixed shapes at fixed addresses, so in `StaticBatchAdapter` with
 - the ids and positions are the graph's inputs (the mask is computed inside it from the
   positions); the cache and the rotary tables are keyed by the cache's address, its length
   and its rows, so the graphs are captured again when the cache grows (256 slots at a time)
-  or holds a larger bucket of rows.
+  or holds a larger bucket of rows;
+- the graphs and the cache they read belong to the `StaticAdapter` (`batch_graphs`) and are
+  lent to one batch adapter at a time: the next batch (the next `generate` call over a
+  batch) starts on the same cache and replays the same graphs, so it captures only what is
+  new to it. A batch adapter made while another still lives gets graphs and a cache of its
+  own. The cache stays allocated between batches (its largest rows x slots so far) until
+  the static adapter goes.
 
 Past the largest bucket (a batch's first forward over its prompts, more than 32 rows) the
 same block runs uncaptured. On the CPU the seam (`GraphForwards`) is an identity, so the
@@ -27,6 +33,8 @@ the loaders never ask for it on the CPU (models/devices.use_cuda_graphs).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +54,30 @@ class BatchGraphs:
         # what the captured graphs read besides their inputs (set before every call)
         self._cache: list[torch.Tensor] = []
         self._cos = self._sin = torch.empty(0)
+        # the cache of the batch adapter it was lent to last: (tensors, length, cos, sin)
+        self.kept: tuple[list[torch.Tensor], int, torch.Tensor, torch.Tensor] = (
+            [],
+            0,
+            self._cos,
+            self._sin,
+        )
+        self._owner: Any = None  # a weak reference to the batch adapter it is lent to
+        self._lock = threading.Lock()
+
+    def lend(self, owner: Any) -> bool:
+        """Lend these graphs (and the cache they read) to the batch adapter `owner`, unless
+        the one they were lent to before still lives."""
+        with self._lock:
+            if self._owner is not None and self._owner() is not None:
+                return False
+            self._owner = weakref.ref(owner)
+            return True
+
+    def keep_cache(
+        self, cache: list[torch.Tensor], capacity: int, cos: torch.Tensor, sin: torch.Tensor
+    ) -> None:
+        """The cache the next batch adapter starts on (`kept`)."""
+        self.kept = (cache, capacity, cos, sin)
 
     @property
     def enabled(self) -> bool:
@@ -115,9 +147,24 @@ class BatchGraphs:
         return self.decoder.hidden(ids, positions, mask, self._cos, self._sin, cache)
 
 
-def batch_graphs(fast: StaticAdapter) -> BatchGraphs | None:
+def batch_graphs(fast: StaticAdapter, owner: Any) -> BatchGraphs | None:
     """The batch graphs of a static adapter made with CUDA graphs (captured on CUDA,
-    bucketed elsewhere); None for any other (its batches run as they always did)."""
+    bucketed elsewhere), lent to the batch adapter `owner`: the adapter's own, else (another
+    batch adapter still holds those) new ones; None for any other adapter (its batches run
+    as they always did)."""
     if not fast.fast.cuda_graphs or fast.bit_exact or fast._step is not None:
         return None
-    return BatchGraphs(fast)
+    with _LOCK:
+        held = _HELD.get(fast)
+        if held is None:
+            held = _HELD[fast] = BatchGraphs(fast)
+    if held.lend(owner):
+        return held
+    graphs = BatchGraphs(fast)
+    graphs.lend(owner)
+    return graphs
+
+
+# Each static adapter's batch graphs, for as long as the adapter lives.
+_HELD: weakref.WeakKeyDictionary[StaticAdapter, BatchGraphs] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()

@@ -83,9 +83,10 @@ class StaticBatchAdapter:
         self.num_pads: list[int] = []  # per row: left padding at the start of its sequence
         self.prompt_ends: list[int] = []  # per row: slots of its prompt but the last token
         self._cos = self._sin = torch.empty(0)
-        self._graphs = batch_graphs(fast)  # CUDA graphs per bucket of rows (batch_graphs.py)
+        self._graphs = batch_graphs(fast, self)  # CUDA graphs per bucket (batch_graphs.py)
         if self._graphs is not None:  # a block of buckets costs the widest row's, padded
             self.packs_rows, self.verify_buckets = False, self._graphs.buckets
+            self.cache, self.capacity, self._cos, self._sin = self._graphs.kept
 
     def __repr__(self) -> str:
         return f"StaticBatchAdapter({self.fast!r})"
@@ -109,6 +110,8 @@ class StaticBatchAdapter:
         self.lengths = [0] * rows
         longest = max(input_ids.shape[1] - pads for pads in self.num_pads)
         self.cache, self.capacity = [], 0
+        if self._graphs is not None:  # the cache the graphs read, kept from the last batch
+            self.cache, self.capacity, self._cos, self._sin = self._graphs.kept
         self._reserve(rows, longest + CAPACITY_STEP)
 
     def _reserve(self, rows: int, slots: int) -> None:
@@ -128,6 +131,8 @@ class StaticBatchAdapter:
             if capacity != self.capacity:
                 self._cos, self._sin = self.decoder.rope_tables(capacity)
         self.capacity = capacity
+        if self._graphs is not None:
+            self._graphs.keep_cache(self.cache, capacity, self._cos, self._sin)
 
     def _starts(self) -> list[int]:
         """Per row: real (non-padding) tokens cached, i.e. its next slot."""

@@ -18,8 +18,8 @@ Per pair, with random weights of the real shapes:
   graphs (backends/batch_graphs.py: one per bucket of rows and of tokens, each captured at
   its first forward, which is not timed); and (`batch_runs`) whole batched decodes at
   B = 1, 4, 16, 32, the target alone against `adaptive` with the pair's draft, through the
-  same graphs (each decode captures its own, in the short and the long call alike, so the
-  slope leaves them out): with random weights the draft never agrees with the target, so
+  same graphs (a decode replays what the decodes before it captured; the untimed warm-up
+  call captures the rest): with random weights the draft never agrees with the target, so
   this measures what the rule costs where drafting cannot pay (the issue's goal: never
   below 0.97x of the target alone).
 
