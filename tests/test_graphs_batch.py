@@ -117,7 +117,7 @@ def test_bucketed_rows_give_the_unbucketed_logits(arch: str) -> None:
     ids, mask = padded(PROMPTS[:3])
     for adapter in adapters:
         adapter.begin(ids, mask)
-    _feed(adapters, list(ids), [1, 1, 1])  # the prompts: past the largest bucket
+    _feed(adapters, list(ids), [1, 1, 1])  # the prompts: a block of 4 rows x 16 tokens
     assert graphed.cache[0].shape[0] == 4  # 3 rows in a bucket of 4
     address = graphed.cache[0].data_ptr()
     for widths in ([1, 1, 1], [3, 0, 5], [9, 2, 1], [0, 0, 4]):
@@ -136,12 +136,13 @@ def test_bucketed_rows_give_the_unbucketed_logits(arch: str) -> None:
     for adapter in adapters:
         adapter.leave([3, 0])
     assert graphed.cache[0].data_ptr() == address  # moved in place
-    for widths in ([2, 1], [1, 16], [1, 1]):
+    for widths in ([2, 1], [1, 16], [40, 1], [1, 1]):  # 40: past the buckets, uncaptured
         tokens = [torch.randint(0, VOCAB, (n,), generator=generator) for n in widths]
         _feed(adapters, tokens, widths)
+    assert graphed._starts() == plain._starts()
     for ours, theirs in zip(graphed.cache, plain.cache, strict=True):
-        for row, length in enumerate(plain.num_cached):
-            assert torch.equal(ours[row, :, :length], theirs[row, :, :length])
+        for row, slots in enumerate(plain._starts()):  # a row's tokens (no left padding)
+            assert torch.equal(ours[row, :, :slots], theirs[row, :, :slots])
 
 
 def test_fixed_batches_with_graph_buckets_give_the_batched_greedy_output() -> None:
