@@ -15,7 +15,7 @@ for sure, so `compute_transition_scores` gives it a log-probability of 0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,13 +39,12 @@ from dynaspec.compat.validation import (
 from dynaspec.core.batch_loop import decode_batch
 from dynaspec.core.config import SpecConfig
 from dynaspec.core.loop import GenerateOutput
-from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, LookaheadPolicy
+from dynaspec.core.protocols import BatchModelAdapter, BatchPolicy, Drafter, LookaheadPolicy
 from dynaspec.core.request import Request
 from dynaspec.core.row import Row
 from dynaspec.core.sharing import outside_inference_mode
 from dynaspec.core.stats import GenerationStats
 from dynaspec.drafters.batch import SHARED_FORWARDS, BatchDrafter
-from dynaspec.drafters.rows import RowDrafters
 from dynaspec.drafters.suffix_cache import SuffixScope
 from dynaspec.errors import (
     IncompatibleModelsError,
@@ -96,11 +95,13 @@ def generate_batch(
     rows = [request.row() for request in requests]
     suffix = options.suffix()
     sources = DraftSources(draft, draft_batch, options.lookup(), texts, method, suffix)
-    drafter = sources.drafter(target_batch.vocab_size, limits.eos_token_ids)
+    drafter, make = sources.choose(target_batch.vocab_size, limits.eos_token_ids)
+    for row in rows if make is not None else ():
+        row.drafter = make()  # each row drafts with its own, as alone
     policy = given if isinstance(given, BatchPolicy) else None
     if given is None:
         cost = draft_cost_ratio(target, draft)
-        shared = shares_forwards(target_batch, drafter)
+        shared = shares_forwards(target_batch, make is not None)
         packed = target_batch.packs_rows
         buckets = verify_buckets(target_batch)
         policy = batch_policy(
@@ -149,10 +150,11 @@ def batch_policy(
     return policy
 
 
-def shares_forwards(target: BatchModelAdapter, drafter: Any) -> bool:
+def shares_forwards(target: BatchModelAdapter, own_drafters: bool) -> bool:
     """Whether the rows share the target's forwards and the draft's (the batch adaptive
-    rule prices those); a batch of single adapters or drafters runs each row's alone."""
-    return not isinstance(target, RowAdapters) and not isinstance(drafter, RowDrafters)
+    rule prices those); a batch of single adapters, or of rows that each draft with their
+    own drafter (`own_drafters`), runs each row's alone."""
+    return not isinstance(target, RowAdapters) and not own_drafters
 
 
 def check_row_options(
@@ -227,12 +229,15 @@ class DraftSources:
     method: str | None = None
     suffix: SuffixScope | None = None  # the suffix cache's scope the rows read (None: none)
 
-    def drafter(self, vocab_size: int, eos_token_ids: tuple[int, ...]) -> Any:
-        """The batch's drafter: what `make_drafter` makes for one sequence, with the draft
-        model's forwards shared between the rows (`BatchDrafter`) where it is one of the
-        sources that drafter batches (`SHARED_FORWARDS`), else one single-sequence drafter
-        per row (`RowDrafters`: a draft with another tokenizer, any other drafter), so that
-        a drafter written once for generate() drafts in batches and the server too."""
+    def choose(
+        self, vocab_size: int, eos_token_ids: tuple[int, ...]
+    ) -> tuple[BatchDrafter | None, Callable[[], Drafter] | None]:
+        """How the rows draft: (a `BatchDrafter`, None) where `make_drafter` would choose
+        sources whose draft forwards it shares between the rows (`SHARED_FORWARDS`); else
+        (None, what makes each row's own drafter: `make_drafter`'s, over a model adapter of
+        the row's own), so that a drafter written once for generate() drafts in batches and
+        the server too (a draft with another tokenizer, any other); (None, None): the target
+        alone."""
         draft, lookup, texts, method, suffix = (
             self.draft,
             self.lookup,
@@ -244,17 +249,20 @@ class DraftSources:
             chosen = drafters.make_drafter(self.draft_batch, vocab_size, eos_token_ids, lookup,
                                            suffix=suffix)  # fmt: skip
             if chosen is None:
-                return None
+                return None, None
             if type(chosen) in SHARED_FORWARDS:
-                return batch_drafter(self.draft_batch, lookup, vocab_size, eos_token_ids, suffix)
+                shared = BatchDrafter(self.draft_batch, lookup, vocab_size, eos_token_ids, suffix)
+                return shared, None
 
-        def make() -> Any:
+        def make() -> Drafter:
             model = None if draft is None else own_adapter(draft)
-            return drafters.make_drafter(
+            made = drafters.make_drafter(
                 model, vocab_size, eos_token_ids, lookup, texts, method, suffix
             )
+            assert made is not None, "a draft model or a source is given"
+            return made
 
-        return RowDrafters(make)
+        return None, make
 
 
 def check_batch_pair(target: BatchModelAdapter, draft: BatchModelAdapter | None) -> None:
@@ -296,20 +304,6 @@ def check_cache_memory(
         message("pass fewer rows", "a smaller max_new_tokens"),
         cli_message=message("use a smaller --batch-size", "--max-new-tokens"),
     )
-
-
-def batch_drafter(
-    draft: BatchModelAdapter | None,
-    lookup: Any,
-    vocab_size: int,
-    eos_token_ids: tuple[int, ...],
-    suffix: SuffixScope | None = None,
-) -> BatchDrafter | None:
-    """The batch's draft source: the draft model, prompt lookup (a `lookup` config), a
-    suffix cache's scope, some of them, or None (the target alone)."""
-    if draft is None and lookup is None and suffix is None:
-        return None
-    return BatchDrafter(draft, lookup, vocab_size, eos_token_ids, suffix)
 
 
 def _output(

@@ -48,7 +48,7 @@ from dynaspec.core.request import Request
 from dynaspec.core.round import Round
 from dynaspec.core.row import Row
 from dynaspec.drafters import lookup_config
-from dynaspec.drafters.batch import DRAFT_SOURCES, BatchDrafter
+from dynaspec.drafters.batch import DRAFT_SOURCES
 from dynaspec.drafters.suffix_cache import DEFAULT_SCOPE, SuffixCache
 from dynaspec.errors import ConfigError, InputError
 from dynaspec.policies import make_policy
@@ -115,8 +115,9 @@ class ContinuousBatch:
         self.suffix_cache = None if texts else suffix_cache  # (not with another vocabulary)
         suffix = None if self.suffix_cache is None else self.suffix_cache.scope(DEFAULT_SCOPE)
         sources = DraftSources(draft, draft_batch, lookup, texts, method, suffix)
-        self.drafter = sources.drafter(self.target.vocab_size, eos)
-        shared = shares_forwards(self.target, self.drafter)
+        # the batch drafter that drafts for all rows, or what makes each joining row its own
+        self.drafter, self.new_drafter = sources.choose(self.target.vocab_size, eos)
+        shared = shares_forwards(self.target, self.new_drafter is not None)
         cost = draft_cost_ratio(target, draft)
         # the batch rule that plans the rows together, or None: each row plans with its own
         # policy, made as it joins by `new_policy`
@@ -197,8 +198,7 @@ class ContinuousBatch:
             raise InputError(
                 f"unknown draft sources {sorted(unknown)}: name some of {list(DRAFT_SOURCES)}"
             )
-        drafter = self.drafter
-        if sources is not None and drafter is not None and not isinstance(drafter, BatchDrafter):
+        if sources is not None and self.new_drafter is not None:
             raise InputError(
                 "a draft of another vocabulary drafts from every source: leave the draft "
                 "sources out"
@@ -238,10 +238,11 @@ class ContinuousBatch:
             self.prefill(joining)
         with torch.inference_mode():
             self.target.join(ids, joining.target_cache)
-            if isinstance(self.drafter, BatchDrafter):
+            if self.drafter is not None:
                 self.drafter.join(ids, joining.scope, joining.sources)
-            elif self.drafter is not None:
-                self.drafter.join(ids)
+            elif self.new_drafter is not None:  # a drafter of its own, begun as alone
+                row.drafter = self.new_drafter()
+                row.drafter.begin(ids[None])
         if self.policy is not None:
             self.policy.join(joining.done, joining.seconds)
         elif row.policy is None:
@@ -272,7 +273,7 @@ class ContinuousBatch:
         if len(keep) == len(self.rows):
             return []
         left = [row for row in self.rows if gone(row)]
-        if isinstance(self.drafter, BatchDrafter):  # its text drafts later rows of its scope
+        if self.drafter is not None:  # its text drafts later rows of its scope
             for index in sorted(set(range(len(self.rows))) - set(keep)):
                 row = self.rows[index]
                 self.drafter.remember(index, row.committed[row.pads :])

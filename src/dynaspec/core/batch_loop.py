@@ -9,6 +9,9 @@ those of the single-sequence loop (core/loop.py); only the forwards are shared.
 Each row plans with its own policy (`Row.policy`, the `LookaheadPolicy` of a sequence alone),
 unless a batch rule (`BatchPolicy`: the adaptive rule, which prices the rows' drafts on the
 forwards they share) coordinates the rows; then it plans, stops and learns for all of them.
+Likewise each row drafts with its own drafter (`Row.drafter`, a `Drafter` as alone, over its
+tokens without the left padding), unless a batch drafter (`BatchDrafter`: the draft model's
+forwards shared between the rows) drafts for all of them.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def decode_batch(
     policy: BatchPolicy | None = None,
 ) -> float:
     """Runs batch rounds until every row has ended; the rows keep their tokens and stats.
-    `policy`: the batch rule that plans the rows together (None: each row's own).
+    `drafter`, `policy`: the batch's, for all rows (None: each row's own).
     Returns the wall time of the call."""
     started = perf_counter()
     target.begin(input_ids, attention_mask)
@@ -59,6 +62,8 @@ def decode_batch(
         drafter.begin(input_ids, attention_mask)
     for row, ids in zip(rows, input_ids, strict=True):
         row.begin(ids)
+        if row.drafter is not None:
+            row.drafter.begin(ids[None, row.pads :])
     round_start = perf_counter()
     while not all(row.done for row in rows):
         batch_round(target, drafter, policy, rows, round_start)
@@ -74,8 +79,8 @@ def batch_round(
     round_start: float,
 ) -> list[Round | None]:
     """One round over the rows (an ended row takes no part): draft, verify in one target
-    forward, commit each row's new tokens, let the policies learn (`policy`, the batch rule,
-    or None: each row's own), roll the caches back.
+    forward, commit each row's new tokens, let the policies learn, roll the caches back
+    (`drafter`, `policy`: the batch's, or None: each row's own).
     round_start: perf_counter() when the round began (its time counts from there).
     Returns each row's record (None for a row that had ended)."""
     drafts = _draft(drafter, policy, rows)
@@ -95,6 +100,9 @@ def batch_round(
     target.crop([row.length - 1 for row in rows])
     if drafter is not None:
         drafter.crop([row.length - 1 for row in rows])
+    for row in rows:
+        if row.drafter is not None:
+            row.drafter.crop(max(row.length - 1 - row.pads, 0))
     for row, one in zip(rows, made, strict=True):
         if one is not None:  # after the rollback, as the single loop streams
             row.record(*one)
@@ -112,33 +120,67 @@ def _draft(
 ) -> _Drafts:
     """Offer, plan and propose for every row still going (as core/loop.py's `draft`)."""
     none = _no_drafts(rows)
-    if drafter is None:
+    if drafter is None and all(row.drafter is None for row in rows):
         return none
     reasons, empty = none.reasons, none.proposals
     rooms = [row.room for row in rows]
-    options = [
-        None if row.done else drafter.offer(index, row.committed, row.pads)
-        for index, row in enumerate(rows)
-    ]
+    options = [None if row.done else _offer(drafter, index, row) for index, row in enumerate(rows)]
     wanted = _plan(policy, rows, options, rooms)
     plans = [plan.within(room - 1) for plan, room in zip(wanted, rooms, strict=True)]
     for index, plan in enumerate(wanted):
         if plan.total:
             reasons[index] = StopReason.LENGTH if plan.total > rooms[index] - 1 else StopReason.MAX
     sequences = [row.committed if plans[i].total else None for i, row in enumerate(rows)]
-    proposed = drafter.propose(
-        sequences,
-        options,
-        plans,
-        _stopper(policy, rows, plans),
-        [row.sampler for row in rows],
-        [row.limits.eos_token_ids for row in rows],
-    )
+    stopper = _stopper(policy, rows, plans)
+    if drafter is not None:
+        proposed = drafter.propose(
+            sequences,
+            options,
+            plans,
+            stopper,
+            [row.sampler for row in rows],
+            [row.limits.eos_token_ids for row in rows],
+        )
+    else:
+        proposed = [
+            _propose_alone(row, index, sequences[index], options[index], plans[index], stopper)
+            for index, row in enumerate(rows)
+        ]
     proposals = [made if made is not None else empty[i] for i, made in enumerate(proposed)]
     for index, made in enumerate(proposed):
         if made is not None and made.stop_reason != StopReason.MAX:
             reasons[index] = made.stop_reason
     return _Drafts(plans, proposals, reasons)
+
+
+def _offer(drafter: BatchDrafter | None, index: int, row: Row) -> DraftOptions | None:
+    """What row `index` could draft: the batch drafter's offer, or its own drafter's over
+    its tokens without the left padding (None: it has no drafter)."""
+    if drafter is not None:
+        return drafter.offer(index, row.committed, row.pads)
+    return None if row.drafter is None else row.drafter.offer(row.committed[row.pads :])
+
+
+def _propose_alone(
+    row: Row,
+    index: int,
+    sequence: torch.Tensor | None,
+    offer: DraftOptions | None,
+    plan: DraftPlan,
+    stopper: BatchStopper,
+) -> Proposal | None:
+    """Row `index`'s proposal by its own drafter, as alone: its tokens without the left
+    padding, its own stopper (None: the row drafts nothing this round)."""
+    if row.drafter is None or offer is None or sequence is None or not plan.total:
+        return None
+    return row.drafter.propose(
+        sequence[row.pads :],
+        offer,
+        plan,
+        own_stopper(stopper, index),
+        row.sampler.unpadded(),  # the row's tokens without their padding
+        row.limits.eos_token_ids,
+    )
 
 
 def _plan(
@@ -185,6 +227,30 @@ class RowStoppers:
             if stopper.should_stop(step):
                 stopped[row] = stopper.reason
         return stopped
+
+
+def own_stopper(stopper: BatchStopper, row: int) -> Stopper:
+    """Row `row`'s `Stopper` for the round: its own, or one over the batch's stopper."""
+    own = getattr(stopper, "stoppers", {}).get(row)
+    return own if own is not None else RowStopper(stopper, row)
+
+
+class RowStopper:
+    """One row's `Stopper` over the batch's stopper for a round (a batch rule's)."""
+
+    needs_confidence = True  # the batch's stopper decides token by token
+
+    def __init__(self, batch: BatchStopper, row: int) -> None:
+        self.batch = batch
+        self.row = row
+        self.reason = StopReason.MAX
+
+    def should_stop(self, step: DraftStep) -> bool:
+        stopped = self.batch.stop({self.row: step})
+        if self.row in stopped:
+            self.reason = stopped[self.row]
+            return True
+        return False
 
 
 def first_token(target: BatchModelAdapter, rows: Sequence[Row], index: int) -> Round:

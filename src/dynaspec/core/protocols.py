@@ -8,6 +8,12 @@ docs/design/architecture.md for the layers and the path of a token through a rou
 - `LookaheadPolicy`: plans each round and learns from it (policies/); its `Stopper` decides,
   during one round, when the draft model stops.
 - `Drafter`: a source of draft tokens (drafters/): a draft model, prompt lookup, or both.
+
+Those are one sequence's, and every entry point calls them: generate(), each row of a batch
+(`Row.policy`, `Row.drafter`), the vLLM proposers. A batch adds coordinators over its rows
+where they share forwards: `BatchModelAdapter` (the target's and draft's forwards),
+`BatchPolicy` (a rule that prices the rows' drafts together) and `BatchDrafter` (the draft
+model's forwards shared between rows), with its `BatchStopper`.
 """
 
 from __future__ import annotations
@@ -213,8 +219,10 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class BatchDrafter(Protocol):
-    """Draft sources for the rows of a batch (drafters/batch.py): per row an offer, one
-    `propose` for all rows (the draft model batched), a rollback per row."""
+    """A batch drafter: the coordinator that drafts for the rows of a batch with the draft
+    model's forwards shared between them (drafters/batch.py): per row an offer, one `propose`
+    for all rows (the draft model batched), a rollback per row. It is not a second kind of
+    drafter: rows without one each draft with their own `Drafter` (`Row.drafter`)."""
 
     def begin(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
 

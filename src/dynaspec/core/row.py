@@ -1,6 +1,7 @@
 """One sequence's committed tokens and what is its own (its sampler, limits, stop rules,
-stats, streamer, policy), and the commit both loops share: the single loop (core/loop.py) keeps one
-`Row`, the batch loop (core/batch_loop.py) one per row of the batch."""
+stats, streamer, policy, drafter), and the commit both loops share: the single loop
+(core/loop.py) keeps one `Row`, the batch loop (core/batch_loop.py) one per row of the
+batch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from dynaspec.core.config import LimitsConfig
 from dynaspec.core.emission import Emission
-from dynaspec.core.protocols import LookaheadPolicy
+from dynaspec.core.protocols import Drafter, LookaheadPolicy
 from dynaspec.core.round import Round
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.stats import GenerationStats
@@ -37,6 +38,9 @@ class Row:
     # how far it drafts, planned as alone (a batch row's where no batch rule plans the rows
     # together: core/batch_loop.py)
     policy: LookaheadPolicy | None = None
+    # its draft source, fed its tokens without the left padding as alone (a batch row's where
+    # no batch drafter drafts for the rows together: core/batch_loop.py)
+    drafter: Drafter | None = None
 
     @property
     def committed(self) -> torch.Tensor:

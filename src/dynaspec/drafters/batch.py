@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from dynaspec.core.batch_loop import own_stopper
 from dynaspec.core.finite import require_finite
 from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
@@ -24,14 +25,13 @@ from dynaspec.core.timing import device_clock
 from dynaspec.drafters.draft_model import ModelDrafter
 from dynaspec.drafters.hybrid import HybridDrafter, guess, join
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
-from dynaspec.drafters.rows import RowStopper
 from dynaspec.drafters.suffix import SuffixDrafter, offer_suffix
 from dynaspec.drafters.suffix_cache import SuffixScope
 
 DRAFT_SOURCES = ("model", "lookup", "suffix")  # what a row may be limited to (`join`)
 ALL_SOURCES = frozenset(DRAFT_SOURCES)
 # The drafters (of make_drafter) whose sources BatchDrafter drafts with the draft model's
-# forwards shared between the rows; any other drafts row by row (drafters/rows.py)
+# forwards shared between the rows; any other drafts row by row (`Row.drafter`)
 SHARED_FORWARDS = (ModelDrafter, PromptLookupDrafter, HybridDrafter, SuffixDrafter)
 
 
@@ -228,8 +228,7 @@ class BatchDrafter:
         that row of the batch adapter (`RowView`): its guess and its checked copy as alone,
         and the row's own stopper where the policy is one per row."""
         assert self.model is not None and offer is not None
-        # a stopper made of one Stopper per row (core/batch_loop.py) hands the row its own
-        own = getattr(stopper, "stoppers", {}).get(row) or RowStopper(stopper, row)
+        own = own_stopper(stopper, row)
         return ModelDrafter(RowView(self.model, row)).draft(
             state.sequence,
             state.limit,
