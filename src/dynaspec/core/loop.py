@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from dynaspec.core.config import LimitsConfig
+from dynaspec.core.drafting import draft_alone
 from dynaspec.core.emission import Emission
 from dynaspec.core.finite import require_finite
 from dynaspec.core.keyed import coupled_accept
@@ -77,54 +78,19 @@ class Checked:
         )
 
 
-def draft(
-    drafter: Drafter | None,
-    tokens: torch.Tensor,
-    policy: LookaheadPolicy,
-    sampler: TokenSampler,
-    max_draft: int,
-    eos_token_ids: tuple[int, ...],
-) -> tuple[DraftPlan, Proposal, StopReason]:
-    """Offer, plan, propose: at most `max_draft` tokens after the committed `tokens` (n,)."""
-    empty = Proposal(tokens.new_empty(0), None, ())
-    if drafter is None:
-        return DraftPlan(), empty, StopReason.NONE
-    options = drafter.offer(tokens)
-    wanted = policy.plan(options, max_draft + 1)  # of at most the tokens still to emit
-    plan = wanted.within(max_draft)
-    if not wanted.total:
-        return plan, empty, StopReason.NONE
-    # The room left cut the plan (to nothing on the last token): LENGTH.
-    reason = StopReason.LENGTH if wanted.total > max_draft else StopReason.MAX
-    if not plan.total:
-        return plan, empty, reason
-    stopper = policy.stopper(plan)
-    proposal = drafter.propose(tokens, options, plan, stopper, sampler, eos_token_ids)
-    if proposal.stop_reason != StopReason.MAX:
-        reason = proposal.stop_reason
-    return plan, proposal, reason
-
-
-def speculative_round(
-    target: ModelAdapter,
-    drafter: Drafter | None,
-    tokens: torch.Tensor,
-    policy: LookaheadPolicy,
-    sampler: TokenSampler,
-    max_draft: int,
-    eos_token_ids: tuple[int, ...] = (),
-) -> Checked:
-    """One round over committed `tokens` (n,); drafts at most `max_draft` tokens, and
-    nothing after a drafted EOS (if the target accepts it, generation ends there)."""
-    plan, proposal, stop_reason = draft(drafter, tokens, policy, sampler, max_draft, eos_token_ids)
-    draft_tokens = proposal.tokens  # (k,)
+def speculative_round(target: ModelAdapter, row: Row) -> Checked:
+    """One round over the row's committed tokens: its drafter drafts at most the tokens it
+    may still emit but one, and nothing after a drafted EOS (if the target accepts it,
+    generation ends there), as its policy plans (`draft_alone`, the batch loop's too)."""
+    plan, proposal, stop_reason = draft_alone(row)
+    tokens, draft_tokens = row.committed, proposal.tokens  # (n,), (k,)
     device = getattr(target, "device", None)
     start = device_clock(device)
     verify_input = torch.cat([tokens[target.num_cached :], draft_tokens])
     target_logits = target.forward(verify_input, draft_tokens.numel() + 1)  # (k + 1, V)
     target_time = device_clock(device) - start
     return check(
-        target, sampler, target_logits, tokens, plan, proposal, stop_reason,
+        target, row.sampler, target_logits, tokens, plan, proposal, stop_reason,
         verify_input.numel(), target_time,
     )  # fmt: skip
 
@@ -203,13 +169,13 @@ def decode(
         limits=limits,
         stats=GenerationStats(prompt_tokens=prompt.shape[1]),
         streamer=streamer,
+        policy=policy,
+        drafter=drafter,
     )
     row.begin(first)
     round_start = perf_counter()  # a round's other time includes the previous update
     while not row.done:
-        step = speculative_round(
-            target, drafter, row.committed, policy, sampler, row.room - 1, limits.eos_token_ids
-        )
+        step = speculative_round(target, row)
         new_tokens = row.commit(step.new_tokens, step.scores, step.logits)
         target.crop(row.length - 1)
         if drafter is not None:

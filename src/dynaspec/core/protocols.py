@@ -148,7 +148,7 @@ class LookaheadPolicy(Protocol):
 @runtime_checkable
 class BatchStopper(Protocol):
     """When the draft model stops, for the rows of a batch within one round: the rows' own
-    stoppers (core/batch_loop.py's `RowStoppers`), or a batch rule's joint one."""
+    stoppers (core/drafting.py's `RowStoppers`), or a batch rule's joint one."""
 
     def stop(self, steps: dict[int, DraftStep]) -> dict[int, StopReason]:
         """After one batched draft forward: `steps` holds each drafting row's new token;

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dynaspec.core.batch_loop import own_stopper
+from dynaspec.core.drafting import own_stopper
 from dynaspec.core.finite import require_finite
 from dynaspec.core.protocols import BatchModelAdapter, BatchStopper
 from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, StopReason
