@@ -41,8 +41,8 @@ def draft_rows(
     still emit but one, nothing after a drafted EOS; `drafter`, `policy`: the batch's for
     all rows (None: each row's own)."""
     if drafter is None and policy is None:  # each row as alone
-        plans, proposals, reasons = zip(*map(draft_alone, rows), strict=True)
-        return Drafts(list(plans), list(proposals), list(reasons))
+        made = [draft_alone(row) for row in rows]
+        return Drafts([one[0] for one in made], [one[1] for one in made], [one[2] for one in made])
     none = no_drafts(rows)
     reasons, empty = none.reasons, none.proposals
     rooms = [row.room for row in rows]
