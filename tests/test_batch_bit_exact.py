@@ -16,6 +16,7 @@ from test_bit_exact import HIDDEN, _alone, _model, _tie_pair, _tie_prompts, need
 from tiny_models import random_prompts
 
 import dynaspec
+from dynaspec.backends.decoder import Prefill
 from dynaspec.backends.static import make_fast
 from dynaspec.backends.static_batch import StaticBatchAdapter
 from dynaspec.continuous import ContinuousBatch
@@ -40,6 +41,14 @@ def _options(source: str) -> tuple[object, dict]:
     if source != "draft":
         options["prompt_lookup_num_tokens"] = 16
     return (None if source == "lookup" else draft), options
+
+
+def test_a_prefill_attends_by_blocks_aligned_to_slot_zero() -> None:
+    """(first, last, slots): whole or from slot 64 on (a chunk), the blocks are the same."""
+    assert Prefill(150).blocks() == [(0, 64, 64), (64, 128, 128), (128, 150, 192)]
+    assert Prefill(86, start=64).blocks() == [(0, 64, 128), (64, 86, 192)]
+    assert Prefill(10, start=60).blocks() == [(0, 4, 64), (4, 10, 128)]  # a chunk off a block
+    assert Prefill(0, start=9).blocks() == []
 
 
 @needs_kernels
