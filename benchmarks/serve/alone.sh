@@ -29,7 +29,8 @@ for i, p in enumerate(runs):
                                   messages=[{"role": "user", "content": p}])
     s = time.perf_counter() - t
     rows.append({"index": i, "prompt": p, "tokens": r.usage.completion_tokens, "seconds": s,
-                 "tok_s": r.usage.completion_tokens / s, "text": r.choices[0].message.content})
+                 "tok_s": r.usage.completion_tokens / s, "text": r.choices[0].message.content,
+                 "stats": r.model_extra.get("dynaspec")})
 with open(f"{out}/serve.jsonl", "w") as f:
     for row in rows: f.write(json.dumps(row) + "\n")
 gen = [json.loads(l) for l in open(f"{out}/generate.jsonl")]

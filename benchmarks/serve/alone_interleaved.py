@@ -9,6 +9,12 @@ included; the server: the client's wall time), so that load from other work on a
 machine falls on both alike. Prints per prompt the tokens per second and the ratio, and
 whether the texts are the same.
 
+Both run slower here than in their own processes: generate() runs on this thread and the
+server's model on its engine thread, and with two threads that run torch's parallel
+operations libgomp all but stops spinning on a 2-core machine (serve/engine.py's docstring).
+So this compares the two paths under the same handicap; benchmarks/serve/alone.sh compares
+the commands as users run them.
+
     python benchmarks/serve/alone_interleaved.py            # REPEAT=3 by default
 """
 

@@ -168,6 +168,7 @@ def require(*modules: str) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     require(*SERVER_MODULES)
     from dynaspec.serve.config import ServeConfig
+    from dynaspec.serve.engine import on_passing_thread
     from dynaspec.serve.run import build_app, serve
 
     config = ServeConfig(
@@ -187,7 +188,8 @@ def run_serve(args: argparse.Namespace) -> int:
     choice = apply_fast_choice(args)  # --fast auto: chosen for this machine
     if choice is not None:
         print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
-    models = load_named_from_arguments(args, **fast_options(args))
+    # loaded on a thread that ends here: the engine thread's OpenMP workers are the only ones
+    models = on_passing_thread(lambda: load_named_from_arguments(args, **fast_options(args)))
     app = build_app(
         models.target,
         models.draft,

@@ -9,6 +9,13 @@ as the round commits them (`JobStream`: transformers' streamer protocol, as
 generate(streamer=) streams; text deltas, stop sequences); after the round, rows that ended,
 hit a stop sequence or whose client went away leave the batch at once. Beyond `max_queue`
 waiting jobs, `submit` refuses (`QueueFull`: the server's 429). The model runs on this thread only.
+
+The engine thread should be the only thread of the process that has run torch's parallel CPU
+operations: libgomp (torch's OpenMP on Linux) keeps a pool of worker threads for each thread
+that has, and while the process holds more of them than it has CPUs it all but stops spinning
+before a wait, so that each of the thousands of parallel regions of a round wakes its workers
+by a system call (measured on 2 cores: a decode 25-30% slower than `dynaspec generate`'s, the
+models the same). `on_passing_thread` loads the models on a thread whose pool ends with it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dynaspec.continuous import ContinuousBatch, Joining
 from dynaspec.core.round import Round
@@ -29,6 +36,29 @@ from dynaspec.serve.sources import source_counts
 from dynaspec.serve.text import TextStream
 
 log = logging.getLogger("dynaspec.serve")
+T = TypeVar("T")
+
+
+def on_passing_thread(function: Callable[[], T]) -> T:
+    """`function()` run on a thread of its own that ends with it (its error raised here):
+    torch's OpenMP worker threads that it starts end with that thread (module docstring), so
+    that the engine thread's are the process's only ones. For loading the models a server
+    decodes with."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(function())
+        except BaseException as error:  # raised again on the caller's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="dynaspec-load")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 @dataclass(frozen=True)
@@ -276,6 +306,9 @@ def _stats(job: Job, seconds: float) -> dict[str, Any]:
         "accepted_tokens": summary.num_accepted,
         "copied_tokens": summary.num_copied,
         "acceptance_rate": summary.acceptance_rate if summary.num_drafted else None,
+        "draft_forwards": summary.draft_forwards,
+        "draft_time_s": summary.draft_time_s,
+        "target_time_s": summary.target_time_s,
         "sources": source_counts(job.row.stats.rounds),
         "time_to_first_token_s": job.first_token_s,
         "seconds": seconds,
