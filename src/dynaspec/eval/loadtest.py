@@ -136,12 +136,16 @@ def run_loadtest(args: argparse.Namespace) -> int:
         results = _runs(args.url, args.model, counts, prompts, args)
         return _write(args, results, None)
     from dynaspec.serve.config import ServeConfig
+    from dynaspec.serve.engine import on_passing_thread
     from dynaspec.serve.run import build_app, in_thread
 
     choice = apply_fast_choice(args)  # as `dynaspec serve` does
     if choice is not None:
         print(fast_choice_line(choice, args), file=sys.stderr, flush=True)
-    target, draft, tokenizer = load_from_arguments(args, **fast_options(args))
+    # loaded as `dynaspec serve` loads: the engine thread's torch workers the only ones
+    target, draft, tokenizer = on_passing_thread(
+        lambda: load_from_arguments(args, **fast_options(args))
+    )
     name = model_name(args)
     config = ServeConfig(
         model_name=name,
