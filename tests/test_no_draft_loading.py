@@ -22,7 +22,9 @@ def test_a_pair_without_its_draft_loads_the_target_preset_alone(
     def no_pair(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pair (with its draft) was loaded")
 
-    monkeypatch.setattr(loading, "load_model", fake_load_model)
+    # the loader's two steps (load, then the fast path), so that nothing real loads
+    monkeypatch.setattr(loading, "_load_model", fake_load_model)
+    monkeypatch.setattr(loading, "_fast_model", lambda model, *args, **kwargs: model)
     monkeypatch.setattr(loading, "load_pair", no_pair)
     target, draft, tokenizer = loading.load_models("qwen2.5-coder", with_draft=False)
     assert loaded == [get_pair_preset("qwen2.5-coder").target] and draft is None
