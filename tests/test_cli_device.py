@@ -6,14 +6,13 @@ faked where a test needs the machine to have it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from loader_helpers import STOP, LoadRecorder, fake_one_cuda_gpu, record_loaders
 
 from dynaspec import cli
-from dynaspec.errors import CpuOnlyOptionError, DeviceNotAvailableError, ModelNotAvailableError
-from dynaspec.eval.bench import run as bench_run
+from dynaspec.errors import CpuOnlyOptionError, DeviceNotAvailableError
 from dynaspec.models import loading
 from dynaspec.models.devices import check_cpu_only_options, resolve_device
 
@@ -23,35 +22,16 @@ COMMANDS = {
     "bench": ["bench", "--smoke"],
     "loadtest": ["loadtest", "--smoke"],
 }
-STOP = "stopped by the test before loading"
-
-
-class LoadRecorder:
-    """Stands in for a loader: records its keywords and stops the command (exit 1)."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def __call__(self, *args: object, **kwargs: Any) -> None:
-        self.calls.append(kwargs)
-        raise ModelNotAvailableError(STOP)
 
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> LoadRecorder:
-    record = LoadRecorder()
-    monkeypatch.setattr(loading, "load_pair", record)
-    monkeypatch.setattr(bench_run, "load_models", record)
-    monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path / "cache"))
-    return record
+    return record_loaders(monkeypatch, tmp_path)
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine has one CUDA GPU, as far as the argument checks can tell."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    fake_one_cuda_gpu(monkeypatch)
 
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from loader_helpers import LoadRecorder, fake_one_cuda_gpu, record_loaders
 from tiny_models import CUDA
 
 import dynaspec
@@ -24,37 +24,17 @@ from dynaspec.eval.bench.args import add_bench_arguments
 from dynaspec.models import loading
 from dynaspec.models.devices import use_cuda_graphs
 
-STOP = "stopped by the test before loading"
 CPU_ERROR = "--cuda-graphs captures forwards as CUDA graphs, on a CUDA GPU only"
-
-
-class LoadRecorder:
-    """Stands in for a loader: records its keywords and stops the command (exit 1)."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def __call__(self, *args: object, **kwargs: Any) -> None:
-        self.calls.append({"args": args, **kwargs})
-        raise ModelNotAvailableError(STOP)
 
 
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> LoadRecorder:
-    record = LoadRecorder()
-    monkeypatch.setattr(loading, "load_pair", record)
-    monkeypatch.setattr(loading, "_tiny_models", record)
-    monkeypatch.setattr(bench_run, "load_models", record)
-    monkeypatch.setenv("DYNASPEC_CACHE", str(tmp_path / "cache"))
-    return record
+    return record_loaders(monkeypatch, tmp_path, "_tiny_models")
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine has one CUDA GPU, as far as the checks before loading can tell."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    fake_one_cuda_gpu(monkeypatch)
 
 
 # ---- the rule ----------------------------------------------------------------------------
