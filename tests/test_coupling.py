@@ -1,10 +1,12 @@
 """The coupling instrument (eval/coupling.py) on the tiny pair: keyed and stream runs for
-every draft source, schedule and lookahead asked, each keyed text compared with the target
-alone's with its seed; a broken keyed run is counted and fails the exit status."""
+every draft source, schedule and lookahead asked (and a draft with another tokenizer), each
+keyed text compared with the target alone's with its seed; a broken keyed run is counted and
+fails the exit status."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -97,8 +99,6 @@ def test_seeded_requests_through_the_server_are_the_target_alones():
     one expected is counted."""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    from types import SimpleNamespace
-
     from dynaspec.eval.coupling_serve import serve_check
     from dynaspec.generation import generate
     from dynaspec.models.tiny import tiny_pair
@@ -120,3 +120,80 @@ def test_seeded_requests_through_the_server_are_the_target_alones():
     expected[1, 1] = [token + 1 for token in expected[1, 1]]
     check = serve_check(pair, prompts, 2, sampling, expected, clients=2, prompt_lookup=8)
     assert [(d["prompt"], d["seed"]) for d in check.differences] == [(1, 1)]
+
+
+def cross_pair() -> SimpleNamespace:
+    """A tiny byte-level target and a noisy copy of it under permuted ids with specials of
+    its own: a draft with another tokenizer (as tests/test_cross_tokenizer.py builds it)."""
+    from test_cross_tokenizer import (
+        bytes_tokenizer,
+        permuted_copy,
+        permuted_tokenizer,
+        printable_only,
+    )
+    from tiny_models import noisy_copy, tiny_model
+
+    permuted, to_base = permuted_tokenizer()
+    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
+    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    return SimpleNamespace(
+        target=target, draft=draft, tokenizer=bytes_tokenizer(), draft_tokenizer=permuted
+    )
+
+
+def test_a_draft_with_another_tokenizer_keeps_every_keyed_text(monkeypatch, tmp_path):
+    """--draft of another tokenizer (--cross-tokenizer): alone, in a batch of 2 and from 2
+    concurrent server clients, every source's keyed text is the target alone's with its seed
+    (the draft drafting over the shared tokens: without its tokenizers the calls fail)."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    pair = cross_pair()
+    prompts = [pair.tokenizer(text, return_tensors="pt").input_ids
+               for text in ("def add(a, b):", "Once upon a time")]  # fmt: skip
+    monkeypatch.setattr(coupling, "_pair", lambda args: pair)
+    monkeypatch.setattr(coupling, "_prompts", lambda pair, task, n: prompts)
+    out = tmp_path / "cross.json"
+    args = [
+        "--pair", "qwen2.5-coder", "--draft", "other", "--cross-tokenizer", "--seeds", "1",
+        "--modes", "keyed", "--source", "model,lookup,hybrid", "--lookahead", "3",
+        "--schedule", "constant,adaptive", "--batch", "1,2", "--server-clients", "2",
+        "--temperature", "0.8", "--top-p", "0.9", "--max-new-tokens", "12", "--out", str(out),
+    ]  # fmt: skip
+    assert coupling.main(args) == 0
+    record = json.loads(out.read_text())
+    assert record["bit_exact"] is True and record["cross_tokenizer"] == "intersection"
+    assert record["keyed_runs"] == 2 * 1 * 6 * 2  # prompts x seeds x settings x batch sizes
+    assert record["keyed_differing"] == 0 and record["differences"] == []
+    server = record["server"]
+    assert (server["requests"], server["failed"], server["differing"]) == (2, 0, 0)
+    drafted = [t["keyed"] for label, t in record["settings"].items() if "lookup" not in label]
+    assert sum(t["accepted"] for t in drafted) > 0  # the other-tokenizer draft was accepted
+
+
+def test_a_draft_of_another_tokenizer_loads_with_the_pairs_target(monkeypatch):
+    from dynaspec.models import loading
+    from dynaspec.models.presets import get_pair_preset
+
+    calls = []
+    monkeypatch.setattr(loading, "load_model_set", lambda *a, **k: calls.append((a, k)))
+    flags = ["--pair", "qwen2.5-coder", "--draft", "smollm2-135m", "--cross-tokenizer", "--fast"]
+    args = coupling._arguments(flags)
+    coupling.check_draft(args)
+    coupling._pair(args)
+    [(positional, keywords)] = calls
+    assert positional == () and keywords["draft"] == "smollm2-135m"
+    assert keywords["target"] == get_pair_preset("qwen2.5-coder").target
+    assert keywords["other_tokenizer"] is True
+    assert keywords["static"] is True and keywords["draft_quantize"] == "w4a8"
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--cross-tokenizer"], "--cross-tokenizer acts on --draft"),
+        (["--draft", "smollm2-135m"], "--draft replaces the draft of a named pair"),
+    ],
+)
+def test_a_draft_flag_without_its_partner_is_refused(flags, words):
+    with pytest.raises(ConfigError, match=words):
+        coupling.check_draft(coupling._arguments(flags))

@@ -424,6 +424,7 @@ def test_a_batch_row_drafted_by_another_tokenizer_drafts_as_alone() -> None:
               "num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant",
               "tokenizer": bytes_tokenizer(), "assistant_tokenizer": permuted}  # fmt: skip
     out = dynaspec.generate(target, draft, ids, attention_mask=mask, **kwargs)
+    sampling = {"do_sample": True, "temperature": 1.3, "max_new_tokens": 12}
     for index, row in enumerate(rows):
         alone = dynaspec.generate(target, draft, torch.tensor([row]),
                                   **{**kwargs, "seed": kwargs["seed"][index]})  # fmt: skip
@@ -432,3 +433,42 @@ def test_a_batch_row_drafted_by_another_tokenizer_drafts_as_alone() -> None:
         assert [(r.num_drafted, r.num_accepted) for r in out.row_stats[index].rounds] == [
             (r.num_drafted, r.num_accepted) for r in alone.stats.rounds
         ]
+        target_alone = dynaspec.generate(target, None, torch.tensor([row]),
+                                         seed=kwargs["seed"][index], **sampling)  # fmt: skip
+        assert new == target_alone.sequences[0, len(row) :].tolist()
+    assert sum(r.num_accepted for stats in out.row_stats for r in stats.rounds) > 0
+
+
+def test_the_hybrid_with_another_tokenizer_keeps_the_target_alone_text() -> None:
+    """Prompt lookup with a draft of another tokenizer (the hybrid), alone and in a batch of
+    2 (each row its seed): every text is the target alone's with that seed."""
+    from test_cross_tokenizer import (
+        bytes_tokenizer,
+        permuted_copy,
+        permuted_tokenizer,
+        printable_only,
+        prompt_ids,
+    )
+
+    permuted, to_base = permuted_tokenizer()
+    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
+    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    rows = [prompt_ids(bytes_tokenizer(), text)[0].tolist() for text in ("abcabcabc", "Once")]
+    sampling = {"do_sample": True, "temperature": 0.9, "top_p": 0.9, "max_new_tokens": 16}
+    spec = {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
+            "prompt_lookup_num_tokens": 8, "tokenizer": bytes_tokenizer(),
+            "assistant_tokenizer": permuted}  # fmt: skip
+    expected = [
+        dynaspec.generate(target, None, torch.tensor([row]), seed=seed, **sampling)
+        .sequences[0, len(row) :]
+        .tolist()
+        for row, seed in zip(rows, (3, 5), strict=True)
+    ]
+    for row, seed, new in zip(rows, (3, 5), expected, strict=True):
+        out = dynaspec.generate(target, draft, torch.tensor([row]), seed=seed, **spec, **sampling)
+        assert out.sequences[0, len(row) :].tolist() == new
+    ids, mask = padded(rows)
+    out = dynaspec.generate(target, draft, ids, attention_mask=mask, seed=[3, 5], **spec,
+                            **sampling)  # fmt: skip
+    for index, new in enumerate(expected):
+        assert out.sequences[index, ids.shape[1] : ids.shape[1] + len(new)].tolist() == new

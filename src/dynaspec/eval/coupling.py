@@ -6,11 +6,13 @@ core/keyed.py); `seed_mode="stream"` verifies by rejection sampling. The two fol
 same distribution; coupling accepts at least (1 - TV) / (1 + TV) where rejection sampling
 accepts 1 - TV. This instrument decodes the same prompts with the same seeds in both modes,
 for every draft source (`model`, `lookup`: prompt lookup alone, `hybrid`), lookahead and
-schedule asked, and reports per setting and in all: the drafted and accepted tokens, the
-acceptance per drafted token, the mean accepted per round, tokens per second, and the ratios
-keyed / stream. It checks that every keyed text equals the target alone's with its seed
-(decoded once per prompt and seed) and counts those that differ: 0 where the target's
-forward is bit-exact (float32, or the static bf16 path: `--fast`); exit status 1 otherwise.
+schedule asked (the draft the pair's, or `--draft`'s: with `--cross-tokenizer` one of
+another tokenizer, drafting over the tokens both share), and reports per setting and in
+all: the drafted and accepted tokens, the acceptance per drafted token, the mean accepted
+per round, tokens per second, and the ratios keyed / stream. It checks that every keyed
+text equals the target alone's with its seed (decoded once per prompt and seed) and counts
+those that differ: 0 where the target's forward is bit-exact (float32, or the static bf16
+path: `--fast`); exit status 1 otherwise.
 
     python -m dynaspec.eval.coupling --pair tiny --n 4 --seeds 3 --max-new-tokens 64
     python -m dynaspec.eval.coupling --pair qwen2.5-coder --fast --n 2 --seeds 2 \\
@@ -20,6 +22,11 @@ forward is bit-exact (float32, or the static bf16 path: `--fast`); exit status 1
         --source model,lookup,hybrid --lookahead 4,8 --schedule constant,adaptive \\
         --batch 1,4 --server-clients 4 --max-new-tokens 32 --out seeded-runs.json
         # 6 prompts x 2 seeds x 12 settings x 2 batch sizes = 288 keyed, + 12 through serve
+    python -m dynaspec.eval.coupling --pair qwen2.5-coder --draft smollm2-135m \\
+        --cross-tokenizer --fast --modes keyed --seeds 2 --source model,hybrid \\
+        --lookahead 4,8 --schedule constant,adaptive --batch 1,4 --server-clients 4 \\
+        --temperature 0.7 --top-p 0.9 --max-new-tokens 32 --out cross-seeded-runs.json
+        # the pair's target, SmolLM2-135M drafting: 192 keyed, + 12 through serve
 
 `--fast` is `dynaspec generate --static --draft-quantize w4a8` (the bf16 target on the
 bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the other
@@ -47,6 +54,9 @@ from dynaspec.errors import ConfigError
 from dynaspec.generation import generate
 
 SOURCES = ("model", "lookup", "hybrid")
+# how a draft with another tokenizer drafts here: over the tokens both tokenizers share, the
+# one way such a draft samples (through text, "string", is greedy only)
+CROSS_METHOD = "intersection"
 
 
 @dataclass
@@ -107,15 +117,29 @@ class Setting:
     def label(self) -> str:
         return f"{self.source}/{self.schedule}/{self.lookahead}"
 
-    def options(self, draft: Any, prompt_lookup: int) -> tuple[Any, dict[str, Any]]:
-        """(the draft model or None, generate()'s drafting keywords) for this setting."""
+    def options(self, pair: Any, prompt_lookup: int) -> tuple[Any, dict[str, Any]]:
+        """(the pair's draft model or None, generate()'s drafting keywords) for this setting
+        (with a draft of another tokenizer, its tokenizers: `draft_texts`)."""
         lookup = {"prompt_lookup_num_tokens": prompt_lookup} if self.source != "model" else {}
         keywords = {
             "num_assistant_tokens": self.lookahead,
             "num_assistant_tokens_schedule": self.schedule,
             **lookup,
         }
-        return (None if self.source == "lookup" else draft), keywords
+        if self.source == "lookup":
+            return None, keywords
+        return pair.draft, {**keywords, **draft_texts(pair)}
+
+
+def draft_texts(pair: Any) -> dict[str, Any]:
+    """generate()'s keywords for a pair whose draft keeps a tokenizer of its own
+    (`draft_tokenizer`, --cross-tokenizer): both tokenizers, and the draft drafting over the
+    tokens they share (CROSS_METHOD); {} for a draft of the target's tokenizer."""
+    own = getattr(pair, "draft_tokenizer", None)
+    if own is None:
+        return {}
+    texts = {"tokenizer": pair.tokenizer, "assistant_tokenizer": own}
+    return {**texts, "cross_tokenizer": CROSS_METHOD}
 
 
 @dataclass
@@ -212,7 +236,7 @@ def _decode(
     prompt_lookup: int,
 ) -> tuple[list[list[int]], Any, float]:
     """(each row's new tokens, the output, seconds) of one seeded call: every row `seed`."""
-    draft, drafting = setting.options(pair.draft, prompt_lookup)
+    draft, drafting = setting.options(pair, prompt_lookup)
     ids = batch["input_ids"]
     rows = ids.shape[0]
     seeds = seed if rows == 1 else [seed] * rows
@@ -276,6 +300,17 @@ def _check_names(sources: list[str], schedules: list[str]) -> None:
             raise ConfigError(f"--schedule {schedule!r}: choose among {', '.join(SCHEDULES)}")
 
 
+def check_draft(args: argparse.Namespace) -> None:
+    """--draft names a model for a named pair's target; --cross-tokenizer acts on it."""
+    if args.cross_tokenizer and args.draft is None:
+        raise ConfigError("--cross-tokenizer acts on --draft: name the draft (e.g. smollm2-135m)")
+    if args.draft is not None and args.pair.strip().lower() == "tiny":
+        raise ConfigError(
+            "--draft replaces the draft of a named pair (e.g. --pair qwen2.5-coder); the tiny "
+            "pair has its own: drop --draft"
+        )
+
+
 def modes_from(text: str) -> tuple[str, ...]:
     modes = tuple(_listed(text, "--modes"))
     if not modes or any(mode not in SEED_MODES for mode in modes):
@@ -297,6 +332,18 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--pair", default="tiny", help="a pair preset, or tiny (default)")
+    parser.add_argument(
+        "--draft",
+        default=None,
+        help="another draft for the pair's target (a preset, folder, GGUF or hub id); with "
+        "--cross-tokenizer one of another tokenizer, e.g. smollm2-135m",
+    )
+    parser.add_argument(
+        "--cross-tokenizer",
+        action="store_true",
+        help="--draft keeps its own tokenizer and drafts over the tokens both tokenizers share "
+        "(cross_tokenizer='intersection', the one way such a draft samples)",
+    )
     parser.add_argument(
         "--draft-noise", type=float, default=None, help="tiny: the draft's weight noise"
     )
@@ -369,15 +416,21 @@ def _prompts(pair: Any, task: str, n: int) -> list[torch.Tensor]:
 
 
 def _pair(args: argparse.Namespace) -> Any:
-    """The named preset or the tiny pair (its draft as noisy as asked), on the fast path the
-    flags ask for."""
+    """The named preset or the tiny pair (its draft as noisy as asked), or the preset's
+    target with --draft (keeping its own tokenizer with --cross-tokenizer: the result's
+    `draft_tokenizer`), on the fast path the flags ask for."""
     from dynaspec.models.arguments import fast_options
     from dynaspec.models.loading import load_model_set
+    from dynaspec.models.presets import get_pair_preset
     from dynaspec.models.tiny import TinyPairConfig
 
     tiny = None if args.draft_noise is None else TinyPairConfig(draft_noise=args.draft_noise)
-    options = fast_options(args)
-    return load_model_set(args.pair, dtype=args.dtype, threads=args.threads, tiny=tiny, **options)
+    options = {"dtype": args.dtype, "threads": args.threads, **fast_options(args)}
+    if args.draft is None:
+        return load_model_set(args.pair, tiny=tiny, **options)
+    target = get_pair_preset(args.pair).target
+    cross = args.cross_tokenizer
+    return load_model_set(target=target, draft=args.draft, other_tokenizer=cross, **options)
 
 
 def bit_exact(target: Any) -> bool:
@@ -394,7 +447,7 @@ def _warm_up(pair: Any, ids: torch.Tensor, settings: list[Setting], prompt_looku
     sampling = {"do_sample": True, "max_new_tokens": 8}
     generate(pair.target, None, ids, seed=0, **sampling)
     for source in {s.source for s in settings}:
-        draft, drafting = Setting(source, 4, "constant").options(pair.draft, prompt_lookup)
+        draft, drafting = Setting(source, 4, "constant").options(pair, prompt_lookup)
         generate(pair.target, draft, ids, seed=0, **sampling, **drafting)
 
 
@@ -423,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings, modes = settings_from(args), modes_from(args.modes)
         sizes = batch_sizes_from(args.batch)
+        check_draft(args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -449,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         ).record()
     record = {
         "pair": args.pair,
+        "draft": args.draft,
+        "cross_tokenizer": draft_texts(pair).get("cross_tokenizer"),
         "draft_noise": args.draft_noise,
         "fast": {k: getattr(args, k) for k in ("static", "quantize", "draft_quantize")},
         "dtype": str(getattr(pair.target, "dtype", args.dtype)),

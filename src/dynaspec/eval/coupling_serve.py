@@ -4,7 +4,8 @@ and every text must be the target alone's with its seed (the coupling instrument
 
 The server runs in this process on loopback, with the pair as loaded, the adaptive schedule
 and prompt lookup (as `dynaspec serve` runs them) and its suffix cache on, so a request's
-drafts depend on what else the batch holds and on what earlier requests wrote. Each request
+drafts depend on what else the batch holds and on what earlier requests wrote (a draft with
+another tokenizer drafts over the tokens both share, without the suffix cache). Each request
 sends its prompt as token ids (no chat template between the instrument and the server) and
 asks for the ids back (`return_token_ids`), which are compared with the target alone's.
 """
@@ -54,7 +55,11 @@ def serve_check(
     from dynaspec.serve.run import build_app, in_thread
 
     config = ServeConfig(model_name=MODEL_NAME, port=0, max_batch=clients, max_queue=64)
-    app = build_app(pair.target, pair.draft, pair.tokenizer, config, None, prompt_lookup)
+    # a draft with a tokenizer of its own drafts over the tokens both share (the one way
+    # such a draft samples), as `dynaspec serve --cross-tokenizer-method intersection`
+    own = {"draft_tokenizer": getattr(pair, "draft_tokenizer", None)}
+    own["cross_tokenizer"] = "intersection"
+    app = build_app(pair.target, pair.draft, pair.tokenizer, config, None, prompt_lookup, **own)
     jobs = [(index, seed) for seed in range(seeds) for index in range(len(prompts))]
     check = ServeCheck(clients)
     with in_thread(app) as url:
