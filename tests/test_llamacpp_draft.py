@@ -7,11 +7,13 @@
   rollbacks; the output is the target's.
 * With llama-cpp-python and the SmolLM2 package installed: the Q4_1 GGUF drafts for its own
   float32 conversion, and the output equals the target alone's (skipped otherwise).
-* The loader's and the batch's refusals, each naming the fix.
+* A batch drafts with a fork per row (another context over the same GGUF).
+* The loader's refusals, each naming the fix.
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import importlib.util
 import sys
@@ -25,6 +27,7 @@ from tiny_models import ScriptedModel
 
 import dynaspec
 from dynaspec.backends.llamacpp import LlamaCppAdapter
+from dynaspec.backends.row_adapters import RowAdapters
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.core.protocols import ModelAdapter
 from dynaspec.core.sharing import call_lock
@@ -141,8 +144,46 @@ def test_a_llama_cpp_model_drafts_only(fake_llama_cpp, tmp_path) -> None:
         draft.forward(torch.tensor([1, 2]), 2)
     with pytest.raises(dynaspec.errors.InputError, match="context=32"):
         draft.begin(torch.tensor([[1, 2]]), max_length=32)
-    with pytest.raises(UnsupportedOptionError, match="one sequence at a time"):
-        batch_adapter(draft)
+
+
+class Forking(ScriptedModel):
+    """A scripted target that batches: a fork per row, with a cache of its own."""
+
+    def fork(self) -> Forking:
+        twin = copy.copy(self)
+        twin.cached, twin.calls = [], []
+        return twin
+
+
+def test_a_batch_drafts_with_a_llama_cpp_context_per_row(fake_llama_cpp, tmp_path) -> None:
+    gguf = tmp_path / "draft.gguf"
+    gguf.write_bytes(b"GGUF")
+    draft = LlamaCppAdapter(gguf, threads=1)
+    assert isinstance(batch_adapter(draft), RowAdapters)  # its forks, one per row
+    target = Forking.greedy(lambda prefix: rule(list(prefix)), VOCAB)
+    rows = [[3, 1, 4, 1, 5], [2, 7]]
+    alone = [
+        dynaspec.generate(target, None, torch.tensor([row]), max_new_tokens=24) for row in rows
+    ]
+    ids = torch.tensor([[3, 1, 4, 1, 5], [0, 0, 0, 2, 7]])  # left-padded with 0
+    mask = (ids != 0).long()
+    out = dynaspec.generate(
+        target,
+        draft,
+        ids,
+        attention_mask=mask,
+        pad_token_id=0,
+        max_new_tokens=24,
+        num_assistant_tokens=5,
+        num_assistant_tokens_schedule="constant",
+    )
+    for index, (row, want) in enumerate(zip(rows, alone, strict=True)):
+        pads = 5 - len(row)
+        assert out.sequences[index, pads:].tolist() == want.sequences[0].tolist()
+    # every drafted token accepted: each fork's context is its row's committed tokens
+    summary = out.stats.summary()
+    assert summary.num_drafted > 20 and summary.num_accepted == summary.num_drafted
+    assert len(fake_llama_cpp.instances) >= 3  # the caller's draft and a fork per row
 
 
 def test_without_llama_cpp_python_the_install_command_is_named(monkeypatch) -> None:

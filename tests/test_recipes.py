@@ -1,10 +1,13 @@
 """The one-edit recipes (docs/design/architecture.md): a policy added in one place (one
 `SCHEDULES` entry) and a drafter added in one place (`make_drafter`) each reach `generate`,
 a batch, a `ContinuousBatch` (the server's) and a vLLM proposer, through the one protocol of
-their role (`LookaheadPolicy`, `Drafter`). Every greedy row equals the target alone."""
+their role (`LookaheadPolicy`, `Drafter`); so does a backend written once (a class that
+satisfies `ModelAdapter`, with `fork()`), as target and draft, and as the vLLM proposer's
+draft. Every greedy row equals the target alone."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -14,8 +17,11 @@ from tiny_models import noisy_copy, tiny_model
 
 import dynaspec
 import dynaspec.drafters as drafters
+from dynaspec.backends.row_adapters import RowAdapters
+from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.continuous import ContinuousBatch
 from dynaspec.core.config import SpecConfig
+from dynaspec.core.protocols import ModelAdapter
 from dynaspec.core.round import Round
 from dynaspec.integrations.vllm import DraftModelProposer, LookupProposer, ProposerSettings
 from dynaspec.policies import SCHEDULES, Schedule
@@ -64,6 +70,44 @@ class Counted:
         self.inner.crop(num_committed)
 
 
+class OwnCache:
+    """A new backend, written once: a transformers model run with a cache this class keeps
+    itself; any `ModelAdapter` with a `fork()` will do."""
+
+    is_encoder_decoder = False
+    made = 0  # adapters made, the caller's and every fork
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.vocab_size = model.config.vocab_size
+        self.max_length = model.config.max_position_embeddings
+        self.device = model.device
+        self.generation_config = model.generation_config  # its EOS ids, as the model's
+        params = inspect.signature(model.forward).parameters
+        self.key = "cache" if "cache" in params else "past_key_values"
+        self.cache: Any = None
+        self.num_cached = 0
+        OwnCache.made += 1
+
+    def fork(self) -> OwnCache:
+        return OwnCache(self.model)
+
+    def begin(self, input_ids: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
+        self.cache, self.num_cached = None, 0
+        return input_ids[0]
+
+    def forward(self, new_tokens: torch.Tensor, num_logits: int) -> torch.Tensor:
+        out = self.model(input_ids=new_tokens.view(1, -1), use_cache=True, **{self.key: self.cache})
+        self.cache = getattr(out, self.key)
+        self.num_cached += new_tokens.numel()
+        return out.logits[0, -num_logits:]
+
+    def crop(self, num_tokens: int) -> None:
+        if num_tokens < self.num_cached:
+            self.cache.crop(num_tokens - self.num_cached)  # negative: remove that many
+            self.num_cached = num_tokens
+
+
 @pytest.fixture
 def policy_added(monkeypatch: pytest.MonkeyPatch) -> str:
     """The one edit that adds a policy: its schedule name in SCHEDULES."""
@@ -96,10 +140,11 @@ def target_alone(target: Any, row: list[int]) -> list[int]:
     return out.sequences[0].tolist()
 
 
-def everywhere(pair: tuple[Any, Any], **settings: Any) -> None:
-    """generate, a batch of 2 and a ContinuousBatch with `settings`: each row as alone."""
+def everywhere(pair: tuple[Any, Any], alone: Any = None, **settings: Any) -> None:
+    """generate, a batch of 2 and a ContinuousBatch with `settings`: each row as the target
+    alone (the transformers model `alone`, by default the pair's target)."""
     target, draft = pair
-    expected = [target_alone(target, row) for row in ROWS]
+    expected = [target_alone(target if alone is None else alone, row) for row in ROWS]
     for row, want in zip(ROWS, expected, strict=True):
         out = dynaspec.generate(target, draft, torch.tensor([row]), max_new_tokens=NEW, **settings)
         assert out.sequences[0].tolist() == want
@@ -142,8 +187,9 @@ def test_a_drafter_added_in_one_place_reaches_every_entry_point(
     assert Counted.proposed > 0
 
 
-def test_a_drafter_added_in_one_place_reaches_the_vllm_proposer(pair, drafter_added) -> None:
-    model, draft = pair
+def through_vllm(model: Any, draft: Any) -> DraftModelProposer:
+    """The simulated vLLM engine over `model`, drafting with `draft`: each request as the
+    target alone; returns the proposer."""
 
     @torch.no_grad()
     def target(tokens: list[int]) -> int:
@@ -157,4 +203,34 @@ def test_a_drafter_added_in_one_place_reaches_the_vllm_proposer(pair, drafter_ad
     engine.run()
     for request in requests:
         assert request.out[: request.max_tokens] == alone(target, request.prompt, 12)
+    return proposer
+
+
+def test_a_drafter_added_in_one_place_reaches_the_vllm_proposer(pair, drafter_added) -> None:
+    proposer = through_vllm(*pair)
     assert Counted.proposed > 0 and proposer.stats.accepted > 0
+
+
+@pytest.mark.parametrize("lookup", [None, 4], ids=["model", "hybrid"])
+def test_a_backend_added_in_one_place_reaches_every_entry_point(pair, lookup) -> None:
+    target, draft = pair
+    adapters = OwnCache(target), OwnCache(draft)
+    assert all(isinstance(adapter, ModelAdapter) for adapter in adapters)
+    # its batch form: a fork per row (backends/row_adapters.py), derived, not written
+    assert isinstance(batch_adapter(adapters[0]), RowAdapters)
+    OwnCache.made = 0
+    everywhere(
+        adapters,
+        alone=target,
+        prompt_lookup_num_tokens=lookup,
+        num_assistant_tokens_schedule="constant",
+    )
+    # the batch and the ContinuousBatch decoded with forks of the two adapters
+    assert OwnCache.made >= 2 * len(ROWS)
+
+
+def test_a_backend_added_in_one_place_drafts_in_the_vllm_proposer(pair) -> None:
+    target, draft = pair
+    OwnCache.made = 0
+    proposer = through_vllm(target, OwnCache(draft))
+    assert OwnCache.made > 1 and proposer.stats.accepted > 0  # a fork per request

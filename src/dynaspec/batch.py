@@ -25,7 +25,6 @@ import dynaspec.drafters as drafters
 from dynaspec.backends.graphs import verify_buckets
 from dynaspec.backends.hf import as_adapter
 from dynaspec.backends.row_adapters import RowAdapters, own_adapter
-from dynaspec.backends.static import StaticAdapter
 from dynaspec.backends.static_batch import batch_adapter
 from dynaspec.backends.weights import draft_cost_ratio
 from dynaspec.compat.settings import pad_token_id
@@ -74,7 +73,6 @@ def generate_batch(
     per row (dynaspec/request.py); started: time.time() at the call's start."""
     ids, mask = check_batch(input_ids, attention_mask, options.keywords.get("pad_token_id"))
     streamers, given = check_row_options(len(ids), options)
-    _refuse(target, draft)
     texts = draft_texts(target, draft, options.tokenizer, options.assistant_tokenizer)
     target_batch = batch_adapter(target)
     draft_batch = batch_adapter(draft) if draft is not None and texts is None else None
@@ -192,18 +190,6 @@ def check_row_options(
         f"{per_row} of policy objects, a BatchPolicy, or num_assistant_tokens_schedule= "
         "(each row gets a fresh policy)"
     )
-
-
-def _refuse(target: Any, draft: Any) -> None:
-    """Typed errors for what a batch does not do, each naming what to do instead."""
-    one_at_a_time = "; call generate() once per prompt (input_ids of shape (1, T))"
-    for model in (target, draft):
-        fast = isinstance(model, StaticAdapter)
-        if model is not None and not fast and not (hasattr(model, "config") and callable(model)):
-            raise UnsupportedOptionError(
-                f"a {type(model).__name__} decodes one sequence: batches need transformers "
-                "models or the fast path's static adapters (static=True)" + one_at_a_time
-            )
 
 
 def draft_texts(

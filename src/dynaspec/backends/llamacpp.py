@@ -5,7 +5,9 @@ and the best one is the fastest at one token a forward. On a CPU that is llama.c
 quantized GGUF: its kernels read 4-6 bits a weight where torch reads 16 or 32. The adapter
 feeds tokens with `Llama.eval` (its own KV cache), reads the last token's logits, and rolls
 back by moving llama-cpp-python's token count (its next `eval` drops the cache past it).
-Drafts only: one row of logits per forward (a target needs a row per verified token).
+Drafts only: one row of logits per forward (a target needs a row per verified token). In a
+batch or the server each row drafts with a fork of its own (`fork`: another llama.cpp context
+over the same GGUF, whose weights the OS maps once).
 
 llama-cpp-python builds llama.cpp from source: `pip install "dynaspec[llamacpp]"` (about 5
 minutes on 2 cores; `CMAKE_ARGS="-DGGML_NATIVE=ON"` for the CPU it runs on).
@@ -55,14 +57,16 @@ class LlamaCppAdapter:
         self, gguf_path: str | os.PathLike[str], *, context: int = 4096, threads: int | None = None
     ) -> None:
         self.path = os.fspath(gguf_path)
+        self.threads = threads or torch.get_num_threads()
         self.llm: Any = open_gguf(
             self.path,
             context=context,
-            threads=threads or torch.get_num_threads(),
+            threads=self.threads,
             purpose="a draft run by llama.cpp",
             logits_all=False,
         )
         self.vocab_size: int = self.llm.n_vocab()
+        self.context = context
         self.max_length: int | None = context
         self.device = torch.device("cpu")
 
@@ -72,6 +76,10 @@ class LlamaCppAdapter:
     @property
     def num_cached(self) -> int:
         return int(self.llm.n_tokens)
+
+    def fork(self) -> LlamaCppAdapter:
+        """Another llama.cpp context over the same GGUF, with a KV cache of its own."""
+        return LlamaCppAdapter(self.path, context=self.context, threads=self.threads)
 
     def weight_bytes(self) -> int:
         """The GGUF's size: what a decoding forward reads (backends/weights.py)."""

@@ -1,13 +1,15 @@
-"""A batch of single-sequence adapters: one `ModelAdapter` per row, each with its own cache.
+"""The batch form of any single-sequence adapter: one `ModelAdapter` per row, each with its
+own cache.
 
-`RowAdapters` satisfies `core.protocols.BatchModelAdapter` by running each row's tokens
-through that row's own adapter, one forward per row that is fed. Nothing is shared but the
-weights, so a row's logits are exactly those it would get alone, and every cache the single
-path handles works in a batch and in the server: a sliding window (backends/windows.py
-records what a rollback past the window needs, per row), a compiled or any other adapter that
-can be made once per row. The price is the forwards: a round costs one target forward per
-row, not one for all (backends/hf_batch.py and static_batch.py share them where the cache
-allows).
+This is how a backend written once reaches batches and the server: `RowAdapters` satisfies
+`core.protocols.BatchModelAdapter` by running each row's tokens through that row's own
+adapter, one forward per row that is fed, and `rows_of` makes it from any adapter that can
+`fork()` (a second adapter over the same weights with a cache of its own). Nothing is shared
+but the weights, so a row's logits are exactly those it would get alone, and every cache the
+single path handles works in a batch and in the server: a sliding window (backends/windows.py
+records what a rollback past the window needs, per row), a llama.cpp draft, any new backend.
+The price is the forwards: a round costs one forward per row, not one for all; the
+coordinators backends/hf_batch.py and static_batch.py share them where the cache allows.
 
 A row's left padding (a fixed batch's) is never fed: it counts as cached from the start,
 so `num_cached` keeps the batch protocol's meaning (sequence tokens, padding included).
@@ -25,13 +27,19 @@ from dynaspec.errors import UnsupportedModelError, UnsupportedOptionError
 
 
 class RowAdapters:
-    """`core.protocols.BatchModelAdapter` over one `ModelAdapter` per row, made by `make`."""
+    """`core.protocols.BatchModelAdapter` over one `ModelAdapter` per row, made by `make`;
+    `like`: an adapter of the kind `make` makes, read for the sizes (None: `make` one)."""
 
     packs_rows = True  # a round costs what its rows' tokens cost, row by row
 
-    def __init__(self, make: Callable[[], ModelAdapter], bytes_per_token: int = 0) -> None:
+    def __init__(
+        self,
+        make: Callable[[], ModelAdapter],
+        bytes_per_token: int = 0,
+        like: ModelAdapter | None = None,
+    ) -> None:
         self.make = make
-        first = make()
+        first = make() if like is None else like
         if first.is_encoder_decoder:
             raise UnsupportedModelError(
                 f"{type(first).__name__} wraps an encoder-decoder model: a batch commits each "
@@ -40,8 +48,8 @@ class RowAdapters:
             )
         self.vocab_size = first.vocab_size
         self.max_length = first.max_length
-        self.device = getattr(first, "device", None)
-        self._spare: ModelAdapter | None = first  # the next row's adapter
+        self.device = getattr(first, "device", None) or torch.device("cpu")
+        self._spare: ModelAdapter | None = first if like is None else None  # the next row's
         self._bytes_per_token = bytes_per_token
         self.rows: list[ModelAdapter] = []
         self.num_pads: list[int] = []
@@ -110,18 +118,30 @@ class RowAdapters:
         self.num_pads = [self.num_pads[row] for row in keep]
 
 
+def rows_of(adapter: ModelAdapter) -> RowAdapters:
+    """The batch form of `adapter`: a fork of it per row (its own cache), the caller's
+    adapter itself never fed; UnsupportedOptionError, naming `fork()`, where it has none."""
+    size = getattr(adapter, "bytes_per_token", None)
+    return RowAdapters(forker(adapter), size() if callable(size) else 0, like=adapter)
+
+
+def forker(adapter: ModelAdapter) -> Callable[[], ModelAdapter]:
+    """`adapter.fork`: what makes a second adapter over its weights with a cache of its own."""
+    fork = getattr(adapter, "fork", None)
+    if not callable(fork):
+        raise UnsupportedOptionError(
+            f"a {type(adapter).__name__} decodes one sequence and has no fork() to make one "
+            "per row: give it a fork() (a second adapter over the same weights with a cache "
+            "of its own) to run it in batches and the server, or call generate() once per "
+            "prompt (input_ids of shape (1, T))"
+        )
+    return fork
+
+
 def own_adapter(model: Any) -> ModelAdapter:
     """An adapter over `model` with a cache of its own: a new transformers adapter, or a
     fork of an adapter (a static adapter's weights shared, its cache not)."""
     from dynaspec.backends.hf import as_adapter
 
     adapter = as_adapter(model)
-    if adapter is model:
-        fork = getattr(adapter, "fork", None)
-        if fork is None:
-            raise UnsupportedOptionError(
-                f"a {type(model).__name__} holds one sequence's cache and cannot make another "
-                "(no fork()): call generate() once per prompt"
-            )
-        return fork()
-    return adapter
+    return forker(adapter)() if adapter is model else adapter

@@ -32,9 +32,9 @@ import torch
 
 from dynaspec.backends.batch_graphs import batch_graphs
 from dynaspec.backends.decoder import PREFILL_BLOCK, Packing, Prefill
-from dynaspec.backends.hf import HFAdapter
+from dynaspec.backends.hf import HFAdapter, as_adapter
 from dynaspec.backends.hf_batch import HFBatchAdapter, cache_bytes_per_token
-from dynaspec.backends.row_adapters import RowAdapters
+from dynaspec.backends.row_adapters import RowAdapters, rows_of
 from dynaspec.backends.static import (
     ATTEND_STEP,
     CAPACITY_STEP,
@@ -313,18 +313,18 @@ class StaticBatchAdapter:
 
 
 def batch_adapter(model: Any) -> StaticBatchAdapter | HFBatchAdapter | RowAdapters:
-    """The batch adapter of a model: a `StaticBatchAdapter` over a `StaticAdapter`; for a
-    transformers model with a sliding window, one adapter per row (`RowAdapters`: each row's
-    window is its own); else transformers' (`HFBatchAdapter`)."""
+    """The batch adapter of a model. The coordinators that share the rows' forwards: a
+    `StaticBatchAdapter` over a `StaticAdapter`, transformers' (`HFBatchAdapter`) over a
+    transformers model or its `HFAdapter`. Else the batch form of the single adapter
+    (`RowAdapters`, one forward per row): for any other `ModelAdapter` (a fork per row) and
+    for a transformers model with a sliding window (each row's window is its own)."""
     if isinstance(model, StaticAdapter):
         return StaticBatchAdapter(model)
-    if hasattr(model, "config") and sliding_window(model) is not None:
-        if getattr(model.config, "is_encoder_decoder", False):
-            return HFBatchAdapter(model)  # refused there, with the reason
+    if isinstance(model, HFAdapter):
+        model = model.model  # its transformers model: the rows share its forwards
+    if isinstance(as_adapter(model), HFAdapter):  # a transformers model (as_adapter: else a
+        #                                           typed error naming what to pass)
+        if sliding_window(model) is None or getattr(model.config, "is_encoder_decoder", False):
+            return HFBatchAdapter(model)  # (an encoder-decoder model: refused there, why)
         return RowAdapters(lambda: HFAdapter(model), cache_bytes_per_token(model))
-    if not hasattr(model, "config"):  # another engine's adapter (llama.cpp's draft)
-        raise UnsupportedOptionError(
-            f"a {type(model).__name__} decodes one sequence at a time: for batches pass a "
-            "transformers model or a static adapter (in the CLI: drop --draft-engine llamacpp)"
-        )
-    return HFBatchAdapter(model)
+    return rows_of(model)  # any other backend

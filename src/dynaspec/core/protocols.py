@@ -10,10 +10,13 @@ docs/design/architecture.md for the layers and the path of a token through a rou
 - `Drafter`: a source of draft tokens (drafters/): a draft model, prompt lookup, or both.
 
 Those are one sequence's, and every entry point calls them: generate(), each row of a batch
-(`Row.policy`, `Row.drafter`), the vLLM proposers. A batch adds coordinators over its rows
-where they share forwards: `BatchModelAdapter` (the target's and draft's forwards),
-`BatchPolicy` (a rule that prices the rows' drafts together) and `BatchDrafter` (the draft
-model's forwards shared between rows), with its `BatchStopper`.
+(`Row.policy`, `Row.drafter`; a row's model: a fork of the adapter, backends/row_adapters.py),
+the vLLM proposers. A batch adds coordinators over its rows where they share forwards:
+`BatchModelAdapter` (the target's and draft's forwards: backends/static_batch.py and
+hf_batch.py), `BatchPolicy` (a rule that prices the rows' drafts together) and `BatchDrafter`
+(the draft model's forwards shared between rows), with its `BatchStopper`. None of them is
+a second protocol to write for a new part: a backend, policy or drafter written for one
+sequence reaches batches and the server as it is.
 """
 
 from __future__ import annotations
@@ -31,7 +34,12 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class ModelAdapter(Protocol):
-    """What the decoding loop needs from a model."""
+    """What the decoding loop needs from a model: the one protocol a backend implements.
+
+    An adapter that can also `fork()` (return a second adapter over the same weights with a
+    cache of its own; not part of the protocol, since generate() alone does not need it)
+    runs in batches and the server too, one fork per row (backends/row_adapters.py), and can
+    be its own draft (core/sharing.py)."""
 
     vocab_size: int  # rows of the output distribution
     # Longest token sequence the model accepts (None: unknown or unlimited, e.g. T5's relative
@@ -62,7 +70,10 @@ class ModelAdapter(Protocol):
 
 @runtime_checkable
 class BatchModelAdapter(Protocol):
-    """A model over a batch of left-padded rows, each fed its own number of tokens."""
+    """A model over a batch of left-padded rows, each fed its own number of tokens.
+
+    Derived from any forking `ModelAdapter` (`RowAdapters`: a forward per row); written only
+    as a coordinator whose rows share forwards (`StaticBatchAdapter`, `HFBatchAdapter`)."""
 
     vocab_size: int
     max_length: int | None

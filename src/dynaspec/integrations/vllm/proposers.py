@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import dynaspec.drafters as drafters
-from dynaspec.backends.hf import HFAdapter
+from dynaspec.backends.row_adapters import own_adapter
 from dynaspec.compat.records import SamplingConfig
 from dynaspec.core.protocols import Drafter, LookaheadPolicy
 from dynaspec.core.request import Request
@@ -265,7 +265,7 @@ class DraftModelProposer(DynaspecProposer):
         while it was away, with the request's tokens read."""
         settings = self.settings
         drafter = drafters.make_drafter(
-            HFAdapter(self.model),
+            own_adapter(self.model),  # a transformers model's adapter, or a fork of an adapter
             settings.vocab_size,
             settings.eos_token_ids,
             suffix=self.suffix_scope,
@@ -339,4 +339,5 @@ def _load_draft(settings: ProposerSettings) -> Any:
 
 
 def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
+    device = getattr(model, "device", None)  # a model's or an adapter's
+    return device if isinstance(device, torch.device) else next(model.parameters()).device
