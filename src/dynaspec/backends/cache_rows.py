@@ -74,13 +74,6 @@ def append_row(cache: Any, row: Any, width: int) -> None:
         layer.values = torch.cat([_left_pad(layer.values, width), _left_pad(extra.values, width)])
 
 
-def pad_columns(cache: Any, width: int) -> None:
-    """Widens every row to `width` columns by zero columns on the left."""
-    for layer in _layers(cache):
-        layer.keys = _left_pad(layer.keys, width)
-        layer.values = _left_pad(layer.values, width)
-
-
 def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
     """(B, H, C, D) -> (B, H, width, D) with zeros before the C columns."""
     missing = width - states.shape[2]
