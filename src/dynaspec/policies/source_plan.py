@@ -76,10 +76,9 @@ def plan_with_copy(
     the target alone yields per step (1; in a batch, 1 per row going, as the batch's rate
     counts every row's tokens)."""
     rho = max(policy.rate, floor)
-    source, probs = _best_source(policy, options, rho)
+    source, probs, copied = _best_source(policy, options, rho)
     offer = options.chosen(source)
     learner = policy.acceptance(source)
-    copied = _copy_length(probs, rho, policy)
     copied, choice = learner.choose(copied)  # 1 now and then when it keeps declining
     if not copied:
         return _alone(policy, alone, probs, choice, source)
@@ -111,11 +110,12 @@ def plan_with_copy(
 
 def _best_source(
     policy: CopyPlanner, options: DraftOptions, rho: float
-) -> tuple[CopySource, list[float]]:
+) -> tuple[CopySource, list[float], int]:
     """The copy source whose best copy is worth more (Q_1 + ... + Q_m - rho (V(m + 1) - 1)
-    at its own best m; prompt lookup on a tie), and its Q_1 .. Q_L. A suffix cache's token
-    j is accepted with b(ell + j), learned by agreement for its copies apart from prompt
-    lookup's, times how often it followed the tokens before it (`suffix_frequencies`)."""
+    at its own best m; prompt lookup on a tie), its Q_1 .. Q_L and that m (each source's m
+    found once: this runs per row and round). A suffix cache's token j is accepted with
+    b(ell + j), learned by agreement for its copies apart from prompt lookup's, times how
+    often it followed the tokens before it (`suffix_frequencies`)."""
     # a long match's untried buckets trust the copy as much as a running draft (a_c)
     has_model = options.catchup is not None
     borrowed = policy.calibration.continuation_acceptance() if has_model else 0.0
@@ -130,12 +130,14 @@ def _best_source(
             prefix *= rates[agreement_bucket(options.suffix_agreement + position)] * frequency
             probs.append(prefix)
         candidates.append((CopySource.SUFFIX, probs))
-    return max(candidates, key=lambda candidate: _copy_value(candidate[1], rho, policy))
+    scored = [(source, probs, _copy_length(probs, rho, policy)) for source, probs in candidates]
+    if len(scored) == 1:  # nothing to weigh it against
+        return scored[0]
+    return max(scored, key=lambda best: _copy_value(best[1], best[2], rho, policy))
 
 
-def _copy_value(probs: list[float], rho: float, policy: CopyPlanner) -> float:
-    """Q_1 + ... + Q_m - rho (V(m + 1) - 1) at the best m (`_copy_length`); 0 for none."""
-    copied = _copy_length(probs, rho, policy)
+def _copy_value(probs: list[float], copied: int, rho: float, policy: CopyPlanner) -> float:
+    """Q_1 + ... + Q_m - rho (V(m + 1) - 1) at m = `copied` (`_copy_length`'s); 0 for none."""
     return sum(probs[:copied]) - rho * (policy.costs.verify_cost(copied + 1) - 1.0)
 
 
