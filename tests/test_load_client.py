@@ -1,9 +1,10 @@
 """`dynaspec.eval.load` against a tiny fake OpenAI-compatible server (FastAPI + uvicorn).
 
-The server echoes the prompt word by word, so every answer is known in advance. The model name
-picks its behaviour: "echo" answers, "fail" returns HTTP 500, "hang" never answers (bounded to
-a few seconds so nothing outlives the tests), "hang-stream" sends one chunk and then stalls,
-"cut" ends its stream without a finish_reason.
+The server echoes the prompt word by word, so every answer is known in advance (a prompt that
+starts with "slow" half a second later). The model name picks its behaviour: "echo" answers,
+"fail" returns HTTP 500, "hang" never answers (bounded to a few seconds so nothing outlives
+the tests), "hang-stream" sends one chunk and then stalls, "cut" ends its stream without a
+finish_reason.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
 from dynaspec.eval.load import LoadConfig, LoadResult, percentile, run_load, table  # noqa: E402
 
 HANG_S = 8.0  # how long "hang" stalls: longer than any deadline below, short enough to end
+SLOW_S = 0.5  # how long a prompt that starts with "slow" waits before its answer
 PROMPTS = ("alpha beta", "gamma delta epsilon", "zeta")
 
 
@@ -69,6 +71,8 @@ def make_app() -> FastAPI:
 async def answer(request: Request, body: dict[str, Any], prompt: str, chat: bool) -> Any:
     """Dispatch on the model name; see the module docstring."""
     model = body["model"]
+    if prompt.startswith("slow"):
+        await asyncio.sleep(SLOW_S)
     if model == "fail":
         return JSONResponse({"error": {"message": "boom: the fake model exploded"}}, 500)
     if model == "hang":
@@ -297,3 +301,31 @@ def test_config_rejects_an_empty_run() -> None:
         LoadConfig("http://127.0.0.1:1/v1", "m", 1, 1, 8, prompts=())
     with pytest.raises(ValueError, match="clients"):
         LoadConfig("http://127.0.0.1:1/v1", "m", 0, 1, 8, prompts=("x",))
+
+
+@pytest.mark.parametrize("waits", [True, False], ids=["waits", "free"])
+def test_a_request_waits_for_another_clients_request_to_end(base_url: str, waits: bool) -> None:
+    """Client 0's second request waits for client 1's first, a slow one (`LoadConfig.waits`):
+    it is sent only once that one has ended; without the wait it goes before (the check can
+    fail). Every request records when it was sent."""
+    prompts = ("a", "b", "slow c", "d")  # client 0: a, b; client 1: slow c, d
+    result = run_load(config(base_url, prompts=prompts, waits=(((0, 1), (1, 0)),) if waits else ()))
+
+    assert (result.completed, result.failed, result.lost) == (4, 0, 0)
+    by = {(r.client, r.index): r for r in result.results}
+    slow, waiting = by[1, 0], by[0, 1]
+    assert slow.prompt == "slow c" and waiting.prompt == "b"
+    assert all(r.sent_s is not None and 0 <= r.sent_s <= result.wall_s for r in result.results)
+    assert slow.sent_s is not None and slow.latency_s is not None and waiting.sent_s is not None
+    slow_ended = slow.sent_s + slow.latency_s
+    assert (waiting.sent_s >= slow_ended) == waits
+    assert by[0, 0].sent_s is not None and by[0, 0].sent_s < slow_ended  # the others never wait
+
+
+def test_config_rejects_a_wait_that_could_deadlock() -> None:
+    """A wait names requests of the run, the one waited for at a smaller index."""
+    fields = dict(base_url="http://127.0.0.1:1/v1", model="m", max_tokens=8, prompts=("x",))
+    LoadConfig(clients=2, requests_per_client=2, waits=(((0, 1), (1, 0)),), **fields)
+    for wait in (((0, 1), (1, 1)), ((0, 0), (1, 0)), ((0, 1), (2, 0)), ((0, 2), (1, 0))):
+        with pytest.raises(ValueError, match="cannot wait"):
+            LoadConfig(clients=2, requests_per_client=2, waits=(wait,), **fields)

@@ -13,6 +13,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 
 from dynaspec.cli import main  # noqa: E402
+from dynaspec.eval.agent import RETRY_NOTE  # noqa: E402
 
 
 def test_loadtest_of_the_tiny_pair(tmp_path, capsys) -> None:
@@ -97,3 +98,55 @@ def test_the_agent_task_on_the_tiny_pair(tmp_path) -> None:
     assert set(run["sources"]) == {"lookup", "suffix", "model"}
     assert run["sources"]["lookup"]["drafted"] == first["extra"]["sources"]["lookup"]["drafted"]
     assert "tokens drafted: lookup" in (tmp_path / "loadtest.md").read_text()
+
+
+def test_the_agent_retry_task_on_the_tiny_pair(tmp_path, monkeypatch) -> None:
+    """`--task agent-retry` (eval/agent.py): client k runs session k, then the retry of
+    session (k + 1) mod 2, sent once that session's last turn has ended; every timed request
+    reads and adds to one suffix cache scope, the one API key's (the warm-up's is its own),
+    so the retry's first turn drafts from the first attempt's reply. The tiny context holds
+    only the first turns (the others are refused, as in the agent task)."""
+    from dynaspec.drafters.suffix_cache import SuffixCache
+    from dynaspec.eval.loadtest import WARM_UP_KEY
+    from dynaspec.serve.sources import scope_of
+
+    scopes: list[tuple[str, str]] = []
+    add, lookup = SuffixCache.add, SuffixCache.lookup
+
+    def spy_add(self, tokens, scope="default"):
+        scopes.append(("add", scope))
+        return add(self, tokens, scope)
+
+    def spy_lookup(self, context, scope="default", eos=()):
+        scopes.append(("lookup", scope))
+        return lookup(self, context, scope, eos)
+
+    monkeypatch.setattr(SuffixCache, "add", spy_add)
+    monkeypatch.setattr(SuffixCache, "lookup", spy_lookup)
+    argv = ["loadtest", "--pair", "tiny", "--task", "agent-retry", "--prompt-seed", "2"]
+    argv += ["--clients", "2", "--requests", "6", "--max-tokens", "16"]
+    assert main([*argv, "--out", str(tmp_path), "--timeout", "300"]) == 0
+    record = json.loads((tmp_path / "loadtest.json").read_text())
+    (run,) = record["runs"]
+    assert (run["completed"], run["failed"], run["lost"]) == (4, 8, 0)  # turns 2, 3: too long
+    assert run["equal_to_target_alone"] == 4
+    by = {(r["client"], r["index"]): r for r in record["requests"][0]}
+    for client in (0, 1):
+        first, retry = by[client, 0], by[client, 3]
+        other = by[1 - client, 0]  # the first attempt this client retries
+        assert first["ok"] and retry["ok"]
+        assert retry["prompt"] == RETRY_NOTE + other["prompt"]
+        last = by[1 - client, 2]  # that session's last turn (refused: too long for tiny)
+        assert retry["sent_s"] >= last["sent_s"] + last["latency_s"]
+        assert retry["extra"]["sources"]["suffix"]["drafted"] > 0
+    fleet = scope_of("key", "Bearer none", None)
+    assert {scope for _, scope in scopes} == {fleet, scope_of("key", f"Bearer {WARM_UP_KEY}", None)}
+    assert sum(kind == "add" and scope == fleet for kind, scope in scopes) == 4
+
+
+def test_agent_retry_needs_whole_rounds_and_no_other_task(capsys) -> None:
+    base = ["loadtest", "--pair", "tiny", "--task", "agent-retry"]
+    assert main([*base, "--requests", "3"]) == 2
+    assert "multiples of 6" in capsys.readouterr().err
+    assert main(["loadtest", "--pair", "tiny", "--task", "agent-retry,code"]) == 2
+    assert "name it alone" in capsys.readouterr().err

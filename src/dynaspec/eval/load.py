@@ -16,6 +16,10 @@ clients * requests_per_client:
 - lost: no answer before the run deadline or the per-request timeout, or a stream that broke
   off (ended or errored) before any finish_reason.
 
+A request may wait for another client's request to end before it is sent
+(`LoadConfig.waits`: a retry sent once the first attempt has ended, eval/agent.py); the time a
+client waits counts in the run's wall time, not in its requests' latencies.
+
 `table(results)` renders one markdown line per run, e.g. one run per client count.
 """
 
@@ -26,7 +30,7 @@ import contextlib
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Any
 
@@ -43,7 +47,9 @@ class LoadConfig:
     Client c's j-th request uses `prompts[(c * requests_per_client + j) % len(prompts)]`.
     `timeout_s` is a deadline for the whole run; `request_timeout_s` is the openai client's
     per-request timeout (for a stream it bounds each wait for the next bytes, not the whole
-    stream).
+    stream). `waits`: ((client, index), (other client, earlier index)) pairs, the first
+    request sent only once the second has ended (completed, failed or lost); the second's
+    index must be smaller, so no client waits for one that waits for it.
     """
 
     base_url: str
@@ -59,6 +65,7 @@ class LoadConfig:
     timeout_s: float = 600
     request_timeout_s: float = 300
     token_ids: bool = False  # ask for the token ids (vLLM's `return_token_ids`)
+    waits: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.requests_per_client < 1 or self.max_tokens < 1:
@@ -70,6 +77,14 @@ class LoadConfig:
             raise ValueError("LoadConfig needs at least one prompt in prompts")
         if self.timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ValueError("LoadConfig needs timeout_s and request_timeout_s > 0")
+        for (client, index), (other, before) in self.waits:
+            known = all(0 <= c < self.clients for c in (client, other))
+            if not known or not 0 <= before < index < self.requests_per_client:
+                raise ValueError(
+                    f"LoadConfig.waits: request ({client}, {index}) cannot wait for "
+                    f"({other}, {before}): both must be (client, index) of this run, the "
+                    "one waited for at a smaller index"
+                )
 
     def prompt_for(self, client: int, index: int) -> str:
         """The prompt of client `client`'s `index`-th request."""
@@ -86,6 +101,8 @@ class RequestResult:
     `lost` marks a request with no answer before a deadline or a stream cut short; `ok` and
     `lost` are never both true, and a request that is neither counts as failed. `token_ids`
     and `prompt_token_ids`: the ids the server sent back (`LoadConfig.token_ids`), else None.
+    `sent_s`: when it was sent, seconds after the run began (None: never sent); it ended
+    `latency_s` later.
     """
 
     client: int
@@ -102,6 +119,7 @@ class RequestResult:
     lost: bool = False
     token_ids: tuple[int, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
+    sent_s: float | None = None  # when it was sent, seconds after the run began
 
 
 @dataclass(frozen=True)
@@ -226,9 +244,11 @@ async def run_load_async(config: LoadConfig) -> LoadResult:
         timeout=config.request_timeout_s,
     )
     done: list[list[RequestResult]] = [[] for _ in range(config.clients)]
+    ended = {waited: asyncio.Event() for _, waited in config.waits}
     start = perf_counter()
     tasks = [
-        asyncio.create_task(_client_loop(client, config, c, done[c])) for c in range(config.clients)
+        asyncio.create_task(_client_loop(client, config, c, done[c], ended, start))
+        for c in range(config.clients)
     ]
     try:
         await asyncio.wait(tasks, timeout=config.timeout_s)
@@ -242,11 +262,24 @@ async def run_load_async(config: LoadConfig) -> LoadResult:
 
 
 async def _client_loop(
-    client: AsyncOpenAI, config: LoadConfig, index: int, done: list[RequestResult]
+    client: AsyncOpenAI,
+    config: LoadConfig,
+    index: int,
+    done: list[RequestResult],
+    ended: dict[tuple[int, int], asyncio.Event],
+    start: float,
 ) -> None:
-    """One client: its requests one after another, each result appended as it ends."""
+    """One client: its requests one after another, each result appended as it ends; a
+    request with a wait (`config.waits`) is sent once the request it waits for has ended."""
     for j in range(config.requests_per_client):
-        done.append(await _one_request(client, config, index, j))
+        for request, waited in config.waits:
+            if request == (index, j):
+                await ended[waited].wait()
+        sent_s = perf_counter() - start
+        result = await _one_request(client, config, index, j)
+        done.append(replace(result, sent_s=sent_s))
+        if (index, j) in ended:
+            ended[index, j].set()
 
 
 async def _cancel(tasks: Sequence[asyncio.Task[None]]) -> None:

@@ -10,6 +10,11 @@ many outputs equal the target alone's greedy output for the same prompt, and why
 one differs: the server sends its token ids back (`return_token_ids`, vLLM's field) and the
 first differing token is classified as `generate --compare` does it (a tie or a BUG; a BUG
 makes the command fail).
+
+`--task agent-retry` (eval/agent.py): with 6 requests per client, each client runs a session
+of three turns, then the retry of the next client's session once that session has ended
+(`retry_plan`), every timed client presenting one API key, so the retry may draft from the
+first attempt's replies in the server's suffix cache.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import torch
 from dynaspec.core.config import DEFAULT_SCHEDULE
 from dynaspec.drafters.suffix_cache import DEFAULT_SIZE_MB
 from dynaspec.errors import ConfigError
+from dynaspec.eval.agent import ATTEMPT, RETRY_TASK, TURNS, retry_plan
 from dynaspec.eval.provenance import git_state, library_versions, machine_info
 from dynaspec.models.arguments import (
     add_fast_arguments,
@@ -59,7 +65,11 @@ def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", default="1,2,4", help="numbers of concurrent clients, e.g. 1,2,4,8")
     p.add_argument("--requests", type=int_at_least(1), default=2, help="requests per client")
     p.add_argument("--max-tokens", type=int_at_least(1), default=128)
-    p.add_argument("--task", default="all", help="bench prompt set (summarization, code, ...)")
+    p.add_argument(
+        "--task",
+        default="all",
+        help="bench prompt set (summarization, code, ..., agent, agent-retry: eval/agent.py)",
+    )
     p.add_argument(
         "--prompt-seed",
         type=int,
@@ -99,6 +109,7 @@ def add_loadtest_arguments(p: argparse.ArgumentParser) -> None:
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.smoke:
         args.pair, args.clients, args.max_tokens, args.requests = "tiny", "1,2", 8, 2
+    _check_retry(p, args)
     if args.url is not None:
         if args.model is None:
             p.error("--url needs --model: the name that server serves")
@@ -109,6 +120,18 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.client_counts = _counts(args.clients)
     except ConfigError as error:
         p.error(str(error))
+
+
+def _check_retry(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """agent-retry alone, and --requests in whole rounds of a session and a retry."""
+    names = [name.strip() for name in args.task.split(",")]
+    if RETRY_TASK in names and len(names) > 1:
+        p.error(f"--task {RETRY_TASK} orders the clients' requests: name it alone")
+    if RETRY_TASK in names and args.requests % ATTEMPT:
+        p.error(
+            f"--task {RETRY_TASK} needs --requests in multiples of {ATTEMPT} (a "
+            f"session's {TURNS} turns, then the retry of another's), got {args.requests}"
+        )
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -191,10 +214,20 @@ def _runs(
     results = []
     for clients in counts:
         print(f"loadtest: {clients} client(s) x {args.requests} requests", file=sys.stderr)
-        result = run_load(LoadConfig(clients=clients, requests_per_client=args.requests, **base))
+        plan = {**base, **_plan(args.task, prompts, clients, args.requests)}
+        result = run_load(LoadConfig(clients=clients, requests_per_client=args.requests, **plan))
         print(table([result]).splitlines()[-1], file=sys.stderr, flush=True)
         results.append(result)
     return results
+
+
+def _plan(task: str, prompts: tuple[str, ...], clients: int, requests: int) -> dict[str, Any]:
+    """The run's prompts and waits: agent-retry's in `retry_plan`'s order (one key for all
+    the clients: the LoadConfig's), any other task's as they come."""
+    if task != RETRY_TASK:
+        return {}
+    ordered, waits = retry_plan(prompts, clients, requests)
+    return {"prompts": ordered, "waits": waits}
 
 
 @dataclass(frozen=True)
