@@ -103,45 +103,60 @@ def test_the_agent_task_on_the_tiny_pair(tmp_path) -> None:
 def test_the_agent_retry_task_on_the_tiny_pair(tmp_path, monkeypatch) -> None:
     """`--task agent-retry` (eval/agent.py): client k runs session k, then the retry of
     session (k + 1) mod 2, sent once that session's last turn has ended; every timed request
-    reads and adds to one suffix cache scope, the one API key's (the warm-up's is its own),
-    so the retry's first turn drafts from the first attempt's reply. The tiny context holds
-    only the first turns (the others are refused, as in the agent task)."""
+    presents one API key, so the first attempt's prompt and whole reply are in the suffix
+    cache scope the retry reads (the warm-up's scope is its own) before the retry joins the
+    batch. The tiny context holds only some turns (the others are refused, as in the agent
+    task); the tiny random models' retries part from the first replies at their first token,
+    so what the cache drafts for them is not accepted here: the real pair's runs measure it."""
+    from dynaspec.drafters.batch import BatchDrafter
     from dynaspec.drafters.suffix_cache import SuffixCache
     from dynaspec.eval.loadtest import WARM_UP_KEY
     from dynaspec.serve.sources import scope_of
 
-    scopes: list[tuple[str, str]] = []
-    add, lookup = SuffixCache.add, SuffixCache.lookup
+    events: list[tuple[str, str | None, tuple[int, ...]]] = []  # (what, scope, tokens)
+    join, add = BatchDrafter.join, SuffixCache.add
+
+    def spy_join(self, prompt, scope=None, sources=None):
+        events.append(("join", scope, tuple(prompt.tolist())))
+        return join(self, prompt, scope, sources)
 
     def spy_add(self, tokens, scope="default"):
-        scopes.append(("add", scope))
+        tokens = [int(token) for token in tokens]
+        events.append(("add", scope, tuple(tokens)))
         return add(self, tokens, scope)
 
-    def spy_lookup(self, context, scope="default", eos=()):
-        scopes.append(("lookup", scope))
-        return lookup(self, context, scope, eos)
-
+    monkeypatch.setattr(BatchDrafter, "join", spy_join)
     monkeypatch.setattr(SuffixCache, "add", spy_add)
-    monkeypatch.setattr(SuffixCache, "lookup", spy_lookup)
     argv = ["loadtest", "--pair", "tiny", "--task", "agent-retry", "--prompt-seed", "2"]
     argv += ["--clients", "2", "--requests", "6", "--max-tokens", "16"]
     assert main([*argv, "--out", str(tmp_path), "--timeout", "300"]) == 0
     record = json.loads((tmp_path / "loadtest.json").read_text())
     (run,) = record["runs"]
-    assert (run["completed"], run["failed"], run["lost"]) == (4, 8, 0)  # turns 2, 3: too long
-    assert run["equal_to_target_alone"] == 4
+    assert (run["completed"], run["failed"], run["lost"]) == (8, 4, 0)  # 4 turns: too long
+    assert run["equal_to_target_alone"] == 8
+
+    fleet = scope_of("key", "Bearer none", None)  # the timed clients' one key
+
+    def where(what: str, ids: list[int]) -> int:
+        """The first event `what` in the fleet's scope whose tokens begin with `ids`."""
+        return next(
+            i
+            for i, (kind, scope, tokens) in enumerate(events)
+            if (kind, scope) == (what, fleet) and tokens[: len(ids)] == tuple(ids)
+        )
+
     by = {(r["client"], r["index"]): r for r in record["requests"][0]}
     for client in (0, 1):
-        first, retry = by[client, 0], by[client, 3]
-        other = by[1 - client, 0]  # the first attempt this client retries
-        assert first["ok"] and retry["ok"]
-        assert retry["prompt"] == RETRY_NOTE + other["prompt"]
-        last = by[1 - client, 2]  # that session's last turn (refused: too long for tiny)
+        first, retry = by[1 - client, 0], by[client, 3]  # the session this client retries
+        assert first["ok"] and retry["ok"] and retry["prompt"] == RETRY_NOTE + first["prompt"]
+        last = by[1 - client, 2]  # that session's last turn
         assert retry["sent_s"] >= last["sent_s"] + last["latency_s"]
-        assert retry["extra"]["sources"]["suffix"]["drafted"] > 0
-    fleet = scope_of("key", "Bearer none", None)
-    assert {scope for _, scope in scopes} == {fleet, scope_of("key", f"Bearer {WARM_UP_KEY}", None)}
-    assert sum(kind == "add" and scope == fleet for kind, scope in scopes) == 4
+        stored = where("add", first["prompt_token_ids"])  # its prompt and whole reply
+        assert events[stored][2] == tuple(first["prompt_token_ids"] + first["token_ids"])
+        assert stored < where("join", retry["prompt_token_ids"])  # before the retry reads
+    warm_up = scope_of("key", f"Bearer {WARM_UP_KEY}", None)
+    assert {scope for _, scope, _ in events} == {fleet, warm_up}
+    assert sum(e[1] == warm_up for e in events) == 2  # the warm-up's join and add only
 
 
 def test_agent_retry_needs_whole_rounds_and_no_other_task(capsys) -> None:
