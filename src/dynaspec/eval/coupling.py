@@ -29,8 +29,9 @@ path: `--fast`); exit status 1 otherwise.
         # the pair's target, SmolLM2-135M drafting: 192 keyed, + 12 through serve
 
 `--fast` is `dynaspec generate --static --draft-quantize w4a8` (the bf16 target on the
-bit-exact kernels, the draft in 4 bits); `--static`, `--draft-quantize` and the other
-fast-path flags may be given one by one instead. A fixed schedule (default `constant`)
+bit-exact kernels, the pair's draft in 4 bits; a `--draft` in its own dtype, unless
+`--draft-quantize` says); `--static`, `--draft-quantize` and the other fast-path flags may
+be given one by one instead. A fixed schedule (default `constant`)
 keeps the drafted tokens per round the same in both modes, so the acceptance is compared like
 for like; `adaptive` reports what the adaptive rule makes of each. `--batch 1,4` also decodes
 the prompts 4 at a time (every row with the seed: each row's text must be its prompt alone's),
@@ -353,7 +354,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--fast",
         action="store_true",
         help="the bit-exact fast path: --static --draft-quantize w4a8 (a bf16 target on the "
-        "static kernels, the draft in 4 bits), as dynaspec generate runs it",
+        "static kernels, the draft in 4 bits), as dynaspec generate runs it; a --draft on "
+        "the static path in its dtype unless --draft-quantize says",
     )
     add_fast_arguments(parser)
     parser.add_argument("--task", default="grounded,open-ended,code")
@@ -396,9 +398,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=None, help="a JSON file for the record")
     args = parser.parse_args(argv)
-    if args.fast:
+    if args.fast:  # a --draft as loaded (w4a8 needs widths SmolLM2 lacks): --draft-quantize
         args.static = True
-        args.draft_quantize = args.draft_quantize or "w4a8"
+        if args.draft is None:
+            args.draft_quantize = args.draft_quantize or "w4a8"
     return args
 
 
