@@ -1,5 +1,6 @@
-"""A dynaspec server on 127.0.0.1 in a thread of the test process, and plain HTTP calls
-(stdlib only), for the serve tests."""
+"""A dynaspec server on 127.0.0.1 in a thread of the test process, a test module's fixtures
+of one, and plain HTTP calls (stdlib only) or the official openai client, for the serve
+tests."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import torch
 
 import dynaspec
 from dynaspec.core.config import SpecConfig
+from dynaspec.models.tiny import tiny_pair
 from dynaspec.serve.config import ServeConfig
 from dynaspec.serve.run import build_app, in_thread
 
@@ -24,13 +27,41 @@ def running_server(
     tokenizer: Any,
     spec: SpecConfig | None = None,
     prompt_lookup: int | None = None,
+    draft_tokenizer: Any = None,
     **settings: Any,
 ):
-    """Yields (base_url, app) of a server for "tiny" on a free loopback port."""
+    """Yields (base_url, app) of a server for "tiny" on a free loopback port (`settings`:
+    ServeConfig's; `draft_tokenizer`: a draft of another vocabulary's own)."""
     config = ServeConfig(model_name="tiny", port=0, **settings)
-    app = build_app(target, draft, tokenizer, config, spec, prompt_lookup)
+    app = build_app(
+        target, draft, tokenizer, config, spec, prompt_lookup, draft_tokenizer=draft_tokenizer
+    )
     with in_thread(app) as url:
         yield url, app
+
+
+def serve_fixtures(**settings: Any) -> tuple[Any, Any]:
+    """A test module's module-scoped fixtures `models` (the tiny pair: target, draft,
+    tokenizer) and `server` ((url, app) of `running_server` over them with `settings`), to
+    be bound to those names: `models, server = serve_fixtures(max_batch=2)`."""
+
+    @pytest.fixture(scope="module")
+    def models() -> tuple[Any, Any, Any]:
+        return tiny_pair()
+
+    @pytest.fixture(scope="module")
+    def server(models: tuple[Any, Any, Any]):
+        with running_server(*models, **settings) as running:
+            yield running
+
+    return models, server
+
+
+def client(url: str, key: str = "none", timeout: float = 60) -> Any:
+    """The official openai client of the server at `url` (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=timeout)
 
 
 def call(

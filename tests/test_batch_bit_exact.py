@@ -13,6 +13,7 @@ import pytest
 import torch
 from test_batch import padded
 from test_bit_exact import HIDDEN, _alone, _model, _tie_pair, _tie_prompts, needs_kernels
+from test_continuous import run
 from tiny_models import random_prompts
 
 import dynaspec
@@ -124,26 +125,15 @@ def test_each_row_of_a_fixed_batch_is_its_output_alone(source, rows) -> None:
 
 def _continuous(source: str, arrivals: dict[int, int], chunk: int | None) -> dict[int, list]:
     """Prompt i joins before round arrivals[i] (a joining prompt prefilled `chunk` tokens a
-    round while others generate, as serve/'s engine does); rows leave when they end."""
+    round while others generate, as serve/'s engine does; None: whole, one prompt a round);
+    rows leave when they end."""
     target, _ = _tie_pair()
     model, options = _options(source)
     lookup = options.get("prompt_lookup_num_tokens")
     batch = ContinuousBatch(target, model, prompt_lookup_num_tokens=lookup)
-    prompts, out, names, waiting, step = _prompts(), {}, {}, [], 0
-    while len(out) < len(arrivals):
-        for index, when in arrivals.items():
-            if when == step:
-                row = batch.make_row(prompts[index], {"max_new_tokens": NEW})
-                names[id(row)] = index
-                waiting.append(batch.joining(row, prompts[index]))
-        if waiting and batch.prefill(waiting[0], chunk if batch.rows else None):
-            batch.admit(waiting.pop(0))
-        batch.step()
-        for row in batch.leave(lambda row: row.done):
-            out[names[id(row)]] = row.committed[row.start :].tolist()
-        step += 1
-        assert step < 300, "the batch never ended"
-    return out
+    prompts = _prompts()
+    whole = max(len(prompt) for prompt in prompts)
+    return run(batch, arrivals, {}, chunk or whole, prompts, NEW)
 
 
 @needs_kernels

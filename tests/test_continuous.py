@@ -33,11 +33,17 @@ def alone(target, draft, prompt: list[int], **kwargs) -> list[int]:
 
 
 def run(
-    batch: ContinuousBatch, arrivals: dict[int, int], kwargs: dict, chunk: int | None = None
+    batch: ContinuousBatch,
+    arrivals: dict[int, int],
+    kwargs: dict,
+    chunk: int | None = None,
+    prompts: list[list[int]] = PROMPTS,
+    new: int = NEW,
 ) -> dict[int, list[int]]:
-    """Prompt i joins before round arrivals[i]; rows leave as soon as they end. With `chunk`,
-    a joining prompt is prefilled `chunk` tokens per round (one joining row at a time, all
-    at once while no row generates), as serve/'s engine does."""
+    """Prompt i (of `prompts`, `new` tokens each) joins before round arrivals[i]; rows leave
+    as soon as they end. With `chunk`, a joining prompt is prefilled `chunk` tokens per round
+    (one joining row at a time, all at once while no row generates), as serve/'s engine
+    does."""
     out: dict[int, list[int]] = {}
     names: dict[int, int] = {}
     waiting: list = []
@@ -45,9 +51,9 @@ def run(
     while len(out) < len(arrivals):
         for index, when in arrivals.items():
             if when == step:
-                row = batch.make_row(PROMPTS[index], dict(kwargs, max_new_tokens=NEW))
+                row = batch.make_row(prompts[index], dict(kwargs, max_new_tokens=new))
                 names[id(row)] = index
-                waiting.append(batch.joining(row, PROMPTS[index]))
+                waiting.append(batch.joining(row, prompts[index]))
         if chunk is None:
             while waiting:
                 batch.admit(waiting.pop(0))

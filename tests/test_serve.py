@@ -12,31 +12,17 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
-openai = pytest.importorskip("openai")
+pytest.importorskip("openai")
 
-from serve_helpers import alone_text, call, running_server  # noqa: E402
+from serve_helpers import alone_text, call, client, running_server, serve_fixtures  # noqa: E402
 
 from dynaspec.core.config import SpecConfig  # noqa: E402
-from dynaspec.models.tiny import tiny_pair  # noqa: E402
 
 PROMPTS = ["def fib(n):", "class Stack:\n    def push(self, x):", "x = [1, 2", "import os"]
 NEW = 24
 
 
-@pytest.fixture(scope="module")
-def models():
-    return tiny_pair()
-
-
-@pytest.fixture(scope="module")
-def server(models):
-    target, draft, tokenizer = models
-    with running_server(target, draft, tokenizer, max_batch=3, max_queue=16) as (url, app):
-        yield url, app
-
-
-def client(url: str, key: str = "none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
+models, server = serve_fixtures(max_batch=3, max_queue=16)
 
 
 def chat(url: str, prompt: str, **kwargs):

@@ -22,22 +22,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from serve_helpers import call, running_server  # noqa: E402
-
-from dynaspec.models.tiny import tiny_pair  # noqa: E402
+from serve_helpers import call, running_server, serve_fixtures  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture(scope="module")
-def models():
-    return tiny_pair()
-
-
-@pytest.fixture(scope="module")
-def server(models):
-    with running_server(*models, max_batch=2, max_body_bytes=4096) as running:
-        yield running
+models, server = serve_fixtures(max_batch=2, max_body_bytes=4096)
 
 
 def ask(text: str = "def f(x):", **fields) -> dict:

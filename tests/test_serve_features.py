@@ -11,17 +11,16 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
-openai = pytest.importorskip("openai")
+pytest.importorskip("openai")
 
 import torch  # noqa: E402
+from serve_helpers import client, running_server  # noqa: E402
 from test_batch_features import cross_pair  # noqa: E402, F401
 from test_sliding_window import window_model  # noqa: E402
 
 import dynaspec  # noqa: E402
 from dynaspec.core.config import SpecConfig  # noqa: E402
 from dynaspec.models.tiny import byte_tokenizer  # noqa: E402
-from dynaspec.serve.config import ServeConfig  # noqa: E402
-from dynaspec.serve.run import build_app, in_thread  # noqa: E402
 
 NEW = 16
 PROMPTS = [[50, 51, 52, 53, 54, 55, 56, 57], [40, 41, 42]]  # token ids (bytes "2345..", "()*")
@@ -29,11 +28,11 @@ PROMPTS = [[50, 51, 52, 53, 54, 55, 56, 57], [40, 41, 42]]  # token ids (bytes "
 
 def completions(url: str, stream: bool) -> list[list[int]]:
     """Both prompts at once; each completion's token ids."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+    server = client(url, timeout=120)
 
     def one(prompt: list[int]) -> list[int]:
         extra = {"return_token_ids": True}
-        reply = client.completions.create(
+        reply = server.completions.create(
             model="tiny", prompt=prompt, max_tokens=NEW, stream=stream, extra_body=extra
         )
         if not stream:
@@ -50,9 +49,11 @@ def alone(target: Any) -> list[list[int]]:
     return [out.sequences[0, len(p) :].tolist() for out, p in zip(outs, PROMPTS, strict=True)]
 
 
-def serve_both_ways(app: Any, target: Any) -> None:
+def serve_both_ways(target: Any, draft: Any, tokenizer: Any, spec: SpecConfig, **app: Any) -> None:
+    """A server of two rows (`app`: running_server's options) answers both prompts at once as
+    the target alone, streamed and not."""
     expected = alone(target)
-    with in_thread(app) as url:
+    with running_server(target, draft, tokenizer, spec, max_batch=2, **app) as (url, _):
         assert completions(url, stream=False) == expected
         assert completions(url, stream=True) == expected
 
@@ -60,20 +61,10 @@ def serve_both_ways(app: Any, target: Any) -> None:
 def test_a_draft_with_another_tokenizer_serves_each_request_as_alone(cross_pair) -> None:  # noqa: F811
     target, draft, tokenizers = cross_pair
     spec = SpecConfig(num_assistant_tokens=5, num_assistant_tokens_schedule="constant")
-    config = ServeConfig(model_name="tiny", port=0, max_batch=2)
-    app = build_app(
-        target,
-        draft,
-        tokenizers["tokenizer"],
-        config,
-        spec,
-        draft_tokenizer=tokenizers["assistant_tokenizer"],
-    )
-    serve_both_ways(app, target)
+    own = tokenizers["assistant_tokenizer"]
+    serve_both_ways(target, draft, tokenizers["tokenizer"], spec, draft_tokenizer=own)
 
 
 def test_a_sliding_window_target_serves_each_request_as_alone() -> None:
     target, draft = window_model("gemma2"), window_model("gemma2", seed=1)
-    config = ServeConfig(model_name="tiny", port=0, max_batch=2)
-    app = build_app(target, draft, byte_tokenizer(), config, SpecConfig())
-    serve_both_ways(app, target)
+    serve_both_ways(target, draft, byte_tokenizer(), SpecConfig())

@@ -11,10 +11,9 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from serve_helpers import alone_text, call, running_server  # noqa: E402
+from serve_helpers import alone_text, call, serve_fixtures  # noqa: E402
 
 from dynaspec.core.config import SpecConfig  # noqa: E402
-from dynaspec.models.tiny import tiny_pair  # noqa: E402
 
 PROMPT = "def fib(n):"
 NEW = 24
@@ -22,16 +21,12 @@ SAMPLING = {"do_sample": True, "temperature": 0.8, "top_p": 0.9, "seed": 11}
 SCHEDULE = {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": 4}
 
 
-@pytest.fixture(scope="module")
-def models():
-    return tiny_pair()
+models, server = serve_fixtures(spec=SpecConfig(**SCHEDULE))
 
 
 @pytest.fixture(scope="module")
-def url(models):
-    target, draft, tokenizer = models
-    with running_server(target, draft, tokenizer, spec=SpecConfig(**SCHEDULE)) as (url, _):
-        yield url
+def url(server) -> str:
+    return server[0]
 
 
 def complete(url: str, **fields) -> tuple[int, dict]:

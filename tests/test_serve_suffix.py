@@ -8,33 +8,22 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
-openai = pytest.importorskip("openai")
+pytest.importorskip("openai")
 
-from serve_helpers import alone_text, call, running_server  # noqa: E402
+from serve_helpers import alone_text, call, client, running_server, serve_fixtures  # noqa: E402
 
-from dynaspec.models.tiny import tiny_pair  # noqa: E402
 from dynaspec.serve.sources import scope_of  # noqa: E402
 
 PROMPT = "def fib(n):"
 NEW = 24
 
 
-@pytest.fixture(scope="module")
-def models():
-    return tiny_pair()
-
-
-@pytest.fixture(scope="module")
-def server(models):
-    target, draft, tokenizer = models
-    with running_server(target, draft, tokenizer, max_batch=2) as (url, app):
-        yield url, app
+models, server = serve_fixtures(max_batch=2)
 
 
 def chat(url: str, key: str, **extra):
-    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
     messages = [{"role": "user", "content": PROMPT}]
-    answer = client.chat.completions.create(
+    answer = client(url, key).chat.completions.create(
         model="tiny", messages=messages, max_tokens=NEW, extra_body=extra or None
     )
     return answer.choices[0].message.content, answer.model_extra["dynaspec"]
@@ -105,11 +94,11 @@ def test_a_keyed_seed_repeats_its_text_over_the_cache_drafts(server) -> None:
     the target's text for that seed: the same text again, now partly copied."""
     url, _ = server
     settings = {"temperature": 0.8, "top_p": 0.9, "seed": 11}
-    client = openai.OpenAI(base_url=url + "/v1", api_key="frank", max_retries=0, timeout=60)
+    frank = client(url, "frank")
     messages = [{"role": "user", "content": PROMPT}]
     texts, stats = [], []
     for _ in range(2):
-        answer = client.chat.completions.create(
+        answer = frank.chat.completions.create(
             model="tiny", messages=messages, max_tokens=NEW, **settings
         )
         texts.append(answer.choices[0].message.content)

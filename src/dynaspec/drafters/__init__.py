@@ -14,7 +14,6 @@ from dynaspec.drafters.hybrid import HybridDrafter
 from dynaspec.drafters.intersection import IntersectionDrafter
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, match_for
 from dynaspec.drafters.shared_vocab import shared_vocabulary
-from dynaspec.drafters.suffix import SuffixDrafter
 from dynaspec.drafters.suffix_cache import SuffixCache, SuffixScope
 from dynaspec.errors import ConfigError
 
@@ -26,7 +25,6 @@ __all__ = [
     "ModelDrafter",
     "PromptLookupDrafter",
     "SuffixCache",
-    "SuffixDrafter",
     "SuffixScope",
     "lookup_config",
     "make_drafter",
@@ -67,8 +65,8 @@ def make_drafter(
     config), both (the hybrid), or None (the target alone). With `texts`, the target's and
     the draft's tokenizers, the draft model drafts through text (`cross_tokenizer`
     "string") or over the tokens both share ("intersection"), with prompt lookup or not.
-    With `suffix`, a scope of a suffix cache, the suffix cache is a third source
-    (drafters/suffix.py)."""
+    With `suffix`, a scope of a suffix cache, the suffix cache is a third source (the
+    hybrid's, drafters/suffix.py)."""
     model: ModelDrafter | CrossTokenizerDrafter | None = None
     if texts is not None and draft is not None:
         draft_eos = draft_eos_ids(texts[1], draft)
@@ -81,7 +79,7 @@ def make_drafter(
         model = ModelDrafter(draft)
     copier = None if lookup is None else PromptLookupDrafter(lookup, vocab_size, eos_token_ids)
     if suffix is not None:
-        return SuffixDrafter(suffix, vocab_size, eos_token_ids, model=model, lookup=copier)
+        return HybridDrafter(model, copier, suffix, vocab_size, eos_token_ids)
     if copier is None:
         return model
     return copier if model is None else HybridDrafter(model, copier)

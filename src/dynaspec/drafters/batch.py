@@ -12,7 +12,7 @@ processed and stopped by its own sampler and stopper.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,16 +23,15 @@ from dynaspec.core.round import DraftOptions, DraftPlan, DraftStep, Proposal, St
 from dynaspec.core.sampling import TokenSampler
 from dynaspec.core.timing import device_clock
 from dynaspec.drafters.draft_model import ModelDrafter
-from dynaspec.drafters.hybrid import HybridDrafter, guess, join
+from dynaspec.drafters.hybrid import HybridDrafter, copy_then_model, join, offer_sources
 from dynaspec.drafters.prompt_lookup import LookupConfig, PromptLookupDrafter, copy_proposal
-from dynaspec.drafters.suffix import SuffixDrafter, offer_suffix
 from dynaspec.drafters.suffix_cache import SuffixScope
 
 DRAFT_SOURCES = ("model", "lookup", "suffix")  # what a row may be limited to (`join`)
 ALL_SOURCES = frozenset(DRAFT_SOURCES)
 # The drafters (of make_drafter) whose sources BatchDrafter drafts with the draft model's
 # forwards shared between the rows; any other drafts row by row (`Row.drafter`)
-SHARED_FORWARDS = (ModelDrafter, PromptLookupDrafter, HybridDrafter, SuffixDrafter)
+SHARED_FORWARDS = (ModelDrafter, PromptLookupDrafter, HybridDrafter)
 
 
 @dataclass
@@ -155,19 +154,17 @@ class BatchDrafter:
 
     def offer(self, row: int, tokens: torch.Tensor, pads: int) -> DraftOptions:
         """What row `row` could draft after its committed `tokens` (n,), whose first `pads`
-        are left padding (never searched by prompt lookup). A batch of one row offers what
+        are left padding: `offer_sources` over the row's allowed sources (the draft model's
+        offer is generate()'s `ModelDrafter`'s over the row, its cache holding the padding
+        too; the copy sources search the tokens without it). A batch of one row offers what
         generate()'s hybrid offers: the draft model may check a copy (`checks`)."""
         allowed = self.allowed[row] if row < len(self.allowed) else ALL_SOURCES
-        model = self.model if "model" in allowed else None
-        catchup = None if model is None else tokens.numel() - model.num_cached[row]
-        started = model is not None and model.num_cached[row] > 0
-        checks = model is not None and len(model.num_cached) == 1
-        options = DraftOptions(catchup, started=started, checks=checks)
-        if self.lookup is not None and "lookup" in allowed:
-            found = self.lookup.offer(tokens[pads:])
-            options = replace(found, catchup=catchup, started=started, checks=checks)
+        batch = self.model if "model" in allowed else None
+        model = None if batch is None else ModelDrafter(RowView(batch, row)).offer(tokens)
+        checks = batch is not None and len(batch.num_cached) == 1
+        lookup = self.lookup if "lookup" in allowed else None
         scope = self.scopes[row] if row < len(self.scopes) and "suffix" in allowed else None
-        return options if scope is None else offer_suffix(options, scope, tokens[pads:], self.eos)
+        return offer_sources(tokens[pads:], lookup, model, checks, scope, self.eos)
 
     def propose(
         self,
@@ -181,64 +178,42 @@ class BatchDrafter:
         """Per row (None: the row drafts nothing this round), the tokens its plan asks for;
         the draft model stops where `stopper` says, or at a row's EOS (eos_token_ids[row])
         or its plan's end."""
+        model = self.model
         copied: list[Proposal | None] = []
         drafting: dict[int, _Drafting] = {}
         for row, plan in enumerate(plans):
-            offer, sequence = options[row], tokens[row]
+            offer, sequence, sampler = options[row], tokens[row], samplers[row]
             if offer is None or sequence is None or not plan.total:
                 copied.append(None)
                 continue
-            copy = copy_proposal(
-                offer.chosen(plan.source), plan.copy, samplers[row], self.vocab_size
-            )
+            copy = copy_proposal(offer.chosen(plan.source), plan.copy, sampler, self.vocab_size)
             copied.append(copy)
-            if plan.model > 0 and self.model is not None:
+            if plan.model > 0 and model is not None:
                 ahead = torch.cat([sequence, copy.tokens])
-                catchup = ahead.numel() - self.model.num_cached[row]
-                drafting[row] = _Drafting(
-                    ahead, copy.num_copied, plan.model, samplers[row], catchup
-                )
-        if len(drafting) == 1:  # one row drafts: as it would alone (its guess, its checks)
-            row, state = next(iter(drafting.items()))
-            offer = options[row]
-            assert offer is not None  # a drafting row has an offer
-            drafted = self._draft_alone(
-                row, state, offer.chosen(plans[row].source), plans[row], stopper, eos_token_ids[row]
+                catchup = ahead.numel() - model.num_cached[row]
+                drafting[row] = _Drafting(ahead, copy.num_copied, plan.model, sampler, catchup)
+        if len(drafting) == 1:  # one row drafts: as generate()'s hybrid, its guess and its
+            #                     checked copy, by `ModelDrafter` over the row (`RowView`)
+            row = next(iter(drafting))
+            offer, sequence = options[row], tokens[row]
+            assert model is not None and offer is not None and sequence is not None
+            copied[row] = copy_then_model(
+                ModelDrafter(RowView(model, row)),
+                self.vocab_size,
+                sequence,
+                offer.chosen(plans[row].source),
+                plans[row],
+                own_stopper(stopper, row),  # the row's own where the policy is one per row
+                samplers[row],
+                eos_token_ids[row],
+                copied[row],
             )
-            return [
-                copy if copy is None or index != row else join(copy, drafted)
-                for index, copy in enumerate(copied)
-            ]
+            return copied
         self._draft(drafting, stopper, eos_token_ids)
         return [
             copy if copy is None or row not in drafting else join(copy, drafting[row].proposal())
             for row, copy in enumerate(copied)
         ]
-
-    def _draft_alone(
-        self,
-        row: int,
-        state: _Drafting,
-        offer: DraftOptions | None,
-        plan: DraftPlan,
-        stopper: BatchStopper,
-        eos_token_ids: tuple[int, ...],
-    ) -> Proposal:
-        """The one drafting row's model tokens, drafted by generate()'s `ModelDrafter` over
-        that row of the batch adapter (`RowView`): its guess and its checked copy as alone,
-        and the row's own stopper where the policy is one per row."""
-        assert self.model is not None and offer is not None
-        own = own_stopper(stopper, row)
-        return ModelDrafter(RowView(self.model, row)).draft(
-            state.sequence,
-            state.limit,
-            own,
-            state.sampler,
-            eos_token_ids,
-            first_index=state.first_index,
-            guess=guess(offer, plan),
-            checked=plan.checked,
-        )
 
     def _draft(
         self,
