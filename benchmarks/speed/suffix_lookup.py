@@ -3,7 +3,8 @@
 Fills a `dynaspec.SuffixCache()` with 2000-token sequences of Zipf-drawn token ids (a
 50,000-token vocabulary) in 8 scopes until its estimate reaches 97% of the budget, then
 times 3000 lookups of 32-token contexts, half from stored sequences and half from elsewhere
-in the draw. Times are the thread's CPU time (a shared machine's waits left out).
+in the draw. Times are the thread's CPU time (a shared machine's waits left out); then each
+lookup's best of 5 more, the cost of the work itself (a loaded machine's tail left out).
 
     python benchmarks/speed/suffix_lookup.py
 """
@@ -32,18 +33,29 @@ def main() -> None:
     size = cache.nbytes()
     print(f"{tokens} tokens in {size / 2**20:.1f} MB ({size / tokens:.0f} bytes a token)")
     print(f"adding: {adding / tokens * 1e6:.1f} us a token")
-    times = []
+    times, queries = [], []
     for index in range(3000):
         which = len(stored) - 1 - index % 50
         length = draw.randrange(40, 1990)
         source = stored[which] if index % 2 else base[draw.randrange(390_000) :]
         context = source[:length][-32:]
+        queries.append((context, f"k{(which + 1) % 8}"))
         started = time.thread_time()
         cache.lookup(context, scope=f"k{(which + 1) % 8}")
         times.append(time.thread_time() - started)
     times.sort()
     median, p90, p99 = (times[int(q * len(times))] * 1e3 for q in (0.5, 0.9, 0.99))
     print(f"lookup ms: median {median:.3f}, p90 {p90:.3f}, p99 {p99:.3f}")
+    best = sorted(min(_timed(cache, *query) for _ in range(5)) for query in queries)
+    median, p99, most = (best[min(int(q * len(best)), len(best) - 1)] * 1e3 for q in (0.5, 0.99, 1))
+    print(f"best of 5 per lookup, ms: median {median:.3f}, p99 {p99:.3f}, max {most:.3f}")
+
+
+def _timed(cache: dynaspec.SuffixCache, context: list[int], scope: str) -> float:
+    """One lookup's thread CPU time."""
+    started = time.thread_time()
+    cache.lookup(context, scope=scope)
+    return time.thread_time() - started
 
 
 if __name__ == "__main__":
