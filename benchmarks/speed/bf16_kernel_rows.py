@@ -3,13 +3,16 @@
 call over interleaved rounds, and the kernel's time over oneDNN's.
 
     python benchmarks/speed/bf16_kernel_rows.py [--sizes 1,8,33,64,128,300] [--repeats 9]
-        [--head] [--baseline CSRC_DIR]
+        [--head] [--baseline CSRC_DIR] [--cold-mb 96] [--cpu-time]
 
 `--baseline` times an older copy of the kernel too, in the same rounds (before and after on
 one machine at one time): a folder holding its bf16_matmul.cpp and headers (for instance
 `git -C /work/main archive <commit> src/dynaspec/backends/kernels/csrc | tar -x -C /tmp/old`),
 compiled here with build.py's flags; its output is checked bitwise against the kernel's.
-Random weights and inputs; no model is loaded. Figures move by 10-20% while other work runs.
+Random weights and inputs, no model loaded; each call takes the next of as many copies of the
+weights as fill `--cold-mb` (read from memory, as in a forward, not from the shared L3 cache).
+Wall-clock figures move by 10-20% and more while other work runs; `--cpu-time` times one
+thread by its own CPU time instead (per-core cost; the two-thread split is not in it).
 """
 
 from __future__ import annotations
@@ -65,48 +68,70 @@ def calling(function, x: torch.Tensor, tiled: torch.Tensor):
     return call
 
 
-def medians(calls: dict[str, object], repeats: int) -> dict[str, float]:
-    """Median milliseconds a call over `repeats` rounds, the calls interleaved in each."""
+def medians(calls: dict[str, object], repeats: int, copies: int, clock) -> dict[str, float]:
+    """Median milliseconds a call over `repeats` rounds, the calls interleaved in each; each
+    call takes the weights' next copy (cold: read from memory, as in a model's forward)."""
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for call in calls.values():  # warm-up: first touches, the weights' first read
-        call()
+    turn = 0
+    for call in calls.values():  # warm-up: first touches
+        call(turn)
     for _ in range(repeats):
         for name, call in calls.items():
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
+            turn = (turn + 1) % copies
+            started = clock()
+            call(turn)
+            times[name].append(clock() - started)
     return {name: statistics.median(seconds) * 1e3 for name, seconds in times.items()}
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,8,33,64,128,300")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--head", action="store_true", help="also the 151936-row head")
     parser.add_argument("--baseline", type=Path, help="a csrc folder of an older kernel")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--cold-mb", type=int, default=96, help="weight copies to cycle through (MB; 0: one)"
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="one thread, timed by its CPU time (steadier while other work runs)",
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     sizes = [int(size) for size in args.sizes.split(",")]
     shapes = dict(SHAPES)
     if args.head:
         shapes[HEAD[0]] = HEAD[1]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of "
-          f"{args.repeats} interleaved rounds; ms a call, and the kernel over oneDNN")  # fmt: skip
+    if args.cpu_time:
+        torch.set_num_threads(1)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {clock.__name__}, "
+          f"median of {args.repeats} interleaved rounds, weights cycled over "
+          f"{args.cold_mb} MB; ms a call, and the kernel over oneDNN")  # fmt: skip
     generator = torch.Generator().manual_seed(0)
     with tempfile.TemporaryDirectory() as scratch:
         old = baseline_function(args.baseline, Path(scratch)) if args.baseline else None
         for label, (rows, columns) in shapes.items():
             weight = torch.randn(rows, columns, generator=generator).to(torch.bfloat16)
-            tiled = bf16.KERNEL.tiled(weight)
+            copies = max(1, -(-args.cold_mb * 2**20 // weight.nbytes))
+            weights = [weight.clone() for _ in range(copies)]
+            tiled = [bf16.KERNEL.tiled(weight) for _ in range(copies)]
             for m in sizes:
                 x = torch.randn(m, columns, generator=generator).to(torch.bfloat16)
                 calls = {
-                    "kernel": lambda x=x, w=tiled: bf16.KERNEL.matmul(x, w),
-                    "onednn": lambda x=x, w=weight: F.linear(x, w),
+                    "kernel": lambda i, x=x, w=tiled: bf16.KERNEL.matmul(x, w[i]),
+                    "onednn": lambda i, x=x, w=weights: F.linear(x, w[i]),
                 }
                 if old is not None:
-                    calls["before"] = calling(old, x, tiled)
-                    assert torch.equal(calls["before"](), calls["kernel"]()), (label, m)
-                t = medians(calls, args.repeats)
+                    before = [calling(old, x, t) for t in tiled]
+                    calls["before"] = lambda i, before=before: before[i]()
+                    assert torch.equal(calls["before"](0), calls["kernel"](0)), (label, m)
+                t = medians(calls, args.repeats, copies, clock)
                 line = f"  {label:18s} M={m:3d}: kernel {t['kernel']:8.2f}  oneDNN "
                 line += f"{t['onednn']:8.2f}  ({t['kernel'] / t['onednn']:.2f}x)"
                 if old is not None:
