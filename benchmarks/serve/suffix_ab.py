@@ -33,10 +33,12 @@ import torch
 
 from dynaspec import continuous
 from dynaspec.core import batch_loop, timing
+from dynaspec.core.config import SpecConfig
 from dynaspec.drafters import prompt_lookup, suffix
 from dynaspec.drafters.suffix_cache import SuffixCache
 
 FLAGS = ["--static", "--draft-quantize", "w4a8", "--prompt-lookup", "32"]  # --fast's choice
+TINY_FLAGS = ["--static", "--draft-quantize", "int8", "--prompt-lookup", "32"]  # (64 wide)
 STEP_S, TOKEN_S = 0.08, 0.007  # the oracle's simulated forward: about the real pair's
 SPENT: Counter[str] = Counter()  # the cache's thread CPU seconds, by method
 
@@ -63,12 +65,12 @@ def replay(
     cache: SuffixCache | None,
     new_tokens: int,
     eos: int | None = None,
+    spec: SpecConfig | None = None,
 ) -> dict[str, Any]:
-    """The clients' prompts through one ContinuousBatch; its rounds and time."""
+    """The clients' prompts through one ContinuousBatch (as `dynaspec serve` makes it, with
+    prompt lookup 32); its rounds and time."""
     SPENT.clear()
-    batch = continuous.ContinuousBatch(
-        target, draft, prompt_lookup_num_tokens=32, suffix_cache=cache
-    )
+    batch = continuous.ContinuousBatch(target, draft, spec, 32, suffix_cache=cache)
     queues = [list(prompts) for prompts in clients]
     owner: dict[int, int] = {}  # id(row) -> client
     decisions, outputs, rounds = [], [], 0
@@ -208,7 +210,7 @@ def main() -> None:
     args = p.parse_args()
     with open(args.record) as file:
         record = json.load(file)
-    eos = None
+    eos, settings = None, None
     if args.oracle:
         target, eos = oracle_models(record)
         draft, clients = None, clients_of(record)
@@ -219,10 +221,12 @@ def main() -> None:
             fast_options,
             load_named_from_arguments,
         )
+        from dynaspec.serve.args import spec
 
         pair = ["--pair", args.pair] if args.pair else []
-        flags = pair if args.pair == "tiny" else [*pair, *FLAGS]
-        parsed = build_parser().parse_args(["serve", *flags])
+        flags = TINY_FLAGS if args.pair == "tiny" else FLAGS
+        parsed = build_parser().parse_args(["serve", *pair, *flags])
+        settings = spec(parsed)
         apply_fast_choice(parsed)
         models = load_named_from_arguments(parsed, **fast_options(parsed))
         target, draft = models.target, models.draft
@@ -231,7 +235,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for mode in ("off", "on", "on", "off"):
             cache = SuffixCache() if mode == "on" else None
-            result = replay(target, draft, clients, cache, args.max_tokens, eos)
+            result = replay(target, draft, clients, cache, args.max_tokens, eos, settings)
             results[mode].append(result)
             shown = {k: v for k, v in result.items() if k not in ("decisions", "outputs")}
             print(mode, {k: dict(v) if isinstance(v, Counter) else v for k, v in shown.items()})
