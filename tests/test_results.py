@@ -111,6 +111,22 @@ def test_the_hardware_block_picks_the_fastest_exact_and_quantized_settings(
     assert "not measured" in gpu
 
 
+def test_a_baseline_of_older_code_never_heads_the_hardware_block(tmp_path: Path) -> None:
+    root = _repository(tmp_path)
+    speed = root / "benchmarks" / "speed"
+    records = (speed / "avx512-2026-12-06" / "results.jsonl").read_text(encoding="utf-8")
+    faster = [json.loads(line) for line in records.splitlines()]
+    for record in faster:  # the exact setting twice as fast on every prompt
+        if record["method"] == "fast-hybrid-w4a8":
+            record["tokens_per_s"] *= 2
+    (speed / "avx512-2026-12-07" / "before").mkdir(parents=True)
+    lines = "\n".join(json.dumps(record) for record in faster) + "\n"
+    (speed / "avx512-2026-12-07" / "before" / "results.jsonl").write_text(lines)
+    assert "| 25.0 (5.00x) |" in render_hardware(read_runs(root))  # not the before/ run's
+    (speed / "avx512-2026-12-07" / "before").rename(speed / "avx512-2026-12-07" / "after")
+    assert "| 25.0 (5.00x) |" not in render_hardware(read_runs(root))  # the control
+
+
 def test_the_readme_block_is_replaced_between_its_markers_only() -> None:
     readme = f"before\n{BEGIN}\nold\n{END}\nafter\n"
     assert replace_block(readme, "new") == f"before\n{BEGIN}\nnew\n{END}\nafter\n"

@@ -24,6 +24,7 @@ GPU_NAME = "CUDA GPU (bf16)"
 GPU_COMMAND = 'dynaspec generate --device cuda --prompt-lookup 32 "..."'
 GPU_FASTEST = "none: `--quantize` runs on CPUs only"
 NOT_MEASURED = "not measured"
+BASELINE = "before"  # a folder of runs of older code, measured as a comparison's baseline
 HEADER = (
     "| machine | the target's exact output | tok/s | fastest: a quantized target's output | "
     "tok/s |\n|---|---|---:|---|---:|"
@@ -71,8 +72,13 @@ def _gpu_measured(runs: Sequence[Run]) -> str:
 
 def render_hardware(runs: Sequence[Run]) -> str:
     """The block's lines between the markers (markers excluded): per CPU class the best
-    exact-output and the best quantized setting of the speed suite's runs, each from one run."""
-    speed = [run for run in runs if run.suite == "speed" and run.kind == "bench"]
+    exact-output and the best quantized setting of the speed suite's runs, each from one run;
+    a `before/` folder's run (older code measured as a baseline) is on the results page only."""
+    speed = [
+        run
+        for run in runs
+        if run.suite == "speed" and run.kind == "bench" and BASELINE not in run.path.split("/")
+    ]
     lines = [HEADER]
     for machine_class, name in CPU_ROWS.items():
         of_class = [run for run in speed if run.machine_class == machine_class]
