@@ -124,18 +124,10 @@ def test_seeded_requests_through_the_server_are_the_target_alones():
 
 def cross_pair() -> SimpleNamespace:
     """A tiny byte-level target and a noisy copy of it under permuted ids with specials of
-    its own: a draft with another tokenizer (as tests/test_cross_tokenizer.py builds it)."""
-    from test_cross_tokenizer import (
-        bytes_tokenizer,
-        permuted_copy,
-        permuted_tokenizer,
-        printable_only,
-    )
-    from tiny_models import noisy_copy, tiny_model
+    its own: a draft with another tokenizer (tests/test_cross_tokenizer.py)."""
+    from test_cross_tokenizer import bytes_tokenizer, noisy_cross_pair
 
-    permuted, to_base = permuted_tokenizer()
-    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
-    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    target, draft, permuted = noisy_cross_pair()
     return SimpleNamespace(
         target=target, draft=draft, tokenizer=bytes_tokenizer(), draft_tokenizer=permuted
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_models import ScriptedModel, hf_greedy, tiny_model
+from tiny_models import ScriptedModel, hf_greedy, noisy_copy, tiny_model
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -175,6 +175,15 @@ def printable_only(model: Any, tok: Any) -> Any:
         mask[torch.tensor(keep)] = False
         rows[mask] = 0.0
     return model
+
+
+def noisy_cross_pair() -> tuple[Any, Any, PreTrainedTokenizerFast]:
+    """A tiny byte-level target (printable output), a noisy copy of it under permuted ids
+    (a draft of another tokenizer whose tokens are often, not always, accepted) and the
+    draft's tokenizer."""
+    permuted, to_base = permuted_tokenizer()
+    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
+    return target, permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base), permuted
 
 
 @cache

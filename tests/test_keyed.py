@@ -384,17 +384,9 @@ def test_the_noise_and_the_samples_are_the_same_on_a_gpu(gpu: str) -> None:
 def test_a_draft_with_another_tokenizer_keeps_the_target_alone_text() -> None:
     """Over the shared tokens (cross_tokenizer="intersection", chosen when sampling) the
     draft proposes target ids with the same keys; through text it drafts greedily only."""
-    from test_cross_tokenizer import (
-        bytes_tokenizer,
-        permuted_copy,
-        permuted_tokenizer,
-        printable_only,
-        prompt_ids,
-    )
+    from test_cross_tokenizer import bytes_tokenizer, noisy_cross_pair, prompt_ids
 
-    permuted, to_base = permuted_tokenizer()
-    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
-    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    target, draft, permuted = noisy_cross_pair()
     ids = prompt_ids(bytes_tokenizer(), "Once upon")
     kwargs = {"do_sample": True, "temperature": 1.3, "top_k": 30, "max_new_tokens": 20}
     texts = {"tokenizer": bytes_tokenizer(), "assistant_tokenizer": permuted}
@@ -442,17 +434,9 @@ def test_a_batch_row_drafted_by_another_tokenizer_drafts_as_alone() -> None:
 def test_the_hybrid_with_another_tokenizer_keeps_the_target_alone_text() -> None:
     """Prompt lookup with a draft of another tokenizer (the hybrid), alone and in a batch of
     2 (each row its seed): every text is the target alone's with that seed."""
-    from test_cross_tokenizer import (
-        bytes_tokenizer,
-        permuted_copy,
-        permuted_tokenizer,
-        printable_only,
-        prompt_ids,
-    )
+    from test_cross_tokenizer import bytes_tokenizer, noisy_cross_pair, prompt_ids
 
-    permuted, to_base = permuted_tokenizer()
-    target = printable_only(tiny_model("llama", vocab_size=257, hidden_size=32), bytes_tokenizer())
-    draft = permuted_copy(noisy_copy(target, scale=0.2, seed=2), to_base)
+    target, draft, permuted = noisy_cross_pair()
     rows = [prompt_ids(bytes_tokenizer(), text)[0].tolist() for text in ("abcabcabc", "Once")]
     sampling = {"do_sample": True, "temperature": 0.9, "top_p": 0.9, "max_new_tokens": 16}
     spec = {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
