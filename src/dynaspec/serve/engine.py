@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,21 +45,8 @@ def on_passing_thread(function: Callable[[], T]) -> T:
     torch's OpenMP worker threads that it starts end with that thread (module docstring), so
     that the engine thread's are the process's only ones. For loading the models a server
     decodes with."""
-    results: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(function())
-        except BaseException as error:  # raised again on the caller's thread
-            errors.append(error)
-
-    thread = threading.Thread(target=run, name="dynaspec-load")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return results[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynaspec-load") as loader:
+        return loader.submit(function).result()  # leaving the block joins the thread
 
 
 @dataclass(frozen=True)
